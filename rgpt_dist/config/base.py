@@ -1,0 +1,196 @@
+"""Typed configuration machinery: dataclass <-> dict/YAML, `key=value` overrides, error collection.
+
+No torch import anywhere under `rgpt_dist.config`: configs are loaded and validated before any
+process group, model or tensor exists.
+
+Conventions:
+- every section is a `@dataclass` subclass of `Section`, one attribute docstring per field;
+- `Section.problems()` returns human-readable problems (never raises); the top-level config
+  gathers the problems of all sections and raises one `ConfigError` listing every one of them;
+- a section that has variants (model families) declares `variant_key` and `variants()`; the value
+  of that key in the input dict selects the concrete dataclass.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import types
+from pathlib import Path
+from typing import Any, ClassVar, Literal, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config could not be loaded or is invalid; the message lists every problem found."""
+
+    def __init__(self, problems: list[str] | str):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("invalid config:\n  - " + "\n  - ".join(self.problems))
+
+
+@dataclasses.dataclass
+class Section:
+    """Base class of every config section."""
+
+    variant_key: ClassVar[str | None] = None
+
+    @classmethod
+    def variants(cls) -> dict[str, type["Section"]]:
+        """Concrete dataclasses selectable by `variant_key` (only for sections with variants)."""
+        return {}
+
+    def problems(self, path: str) -> list[str]:
+        """Problems of this section alone; `path` is its dotted name for messages."""
+        return []
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check `value` against the annotation `tp`; return it (ints widen to float). Raise ConfigError."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        args = get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, where)
+            except ConfigError as e:
+                errors.append(e)
+        raise ConfigError(f"{where}={value!r} has the wrong type (expected {_type_name(tp)})")
+    if origin is Literal:
+        if value not in get_args(tp):
+            raise ConfigError(f"{where}={value!r} is not one of {list(get_args(tp))}")
+        return value
+    if inspect.isclass(tp) and issubclass(tp, Section):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}={value!r} must be a mapping of {tp.__name__} fields")
+        return from_dict(tp, value, where)
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}={value!r} must be a list")
+        (item_tp, *_) = get_args(tp) or (Any,)
+        items = [_coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}={value!r} must be a mapping")
+        return dict(value)
+    ok = {
+        bool: lambda v: isinstance(v, bool),
+        int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+        float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+        str: lambda v: isinstance(v, str),
+    }.get(tp)
+    if ok is None:
+        raise TypeError(f"unsupported config annotation {tp!r} at {where}")
+    if not ok(value):
+        raise ConfigError(f"{where}={value!r} has the wrong type (expected {_type_name(tp)})")
+    return float(value) if tp is float else value
+
+
+def from_dict(cls: type[Section], data: dict[str, Any], path: str = "") -> Section:
+    """Build `cls` from a plain dict: unknown keys and wrong types are errors naming the key."""
+    if cls.variant_key is not None:
+        options = cls.variants()
+        chosen = data.get(cls.variant_key)
+        if chosen not in options:
+            where = f"{path}.{cls.variant_key}" if path else cls.variant_key
+            raise ConfigError(f"{where}={chosen!r} is not one of {sorted(options)}")
+        cls = options[chosen]
+    hints = get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    problems, kwargs = [], {}
+    for key, value in data.items():
+        where = f"{path}.{key}" if path else key
+        if key not in fields:
+            problems.append(f"{where} is not a field of {cls.__name__} (fields: {', '.join(fields)})")
+            continue
+        try:
+            kwargs[key] = _coerce(value, hints[key], where)
+        except ConfigError as e:
+            problems.extend(e.problems)
+    if problems:
+        raise ConfigError(problems)
+    return cls(**kwargs)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`a.b.c=value` -> (['a','b','c'], value); the value is parsed as YAML (`4`, `0.1`, `true`, `[1,2]`)."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} is not of the form key=value")
+    key, raw = text.split("=", 1)
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"override {text!r} has an empty key")
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError as e:
+        raise ConfigError(f"override {text!r}: value is not valid YAML ({e.problem})") from None
+    return key.split("."), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Merge `key=value` overrides into a nested dict (a copy); missing levels are created."""
+    merged = yaml.safe_load(yaml.safe_dump(data))  # deep copy of plain data
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = merged
+        for k in keys[:-1]:
+            child = node.setdefault(k, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {text!r}: {k} is a value, not a section")
+            node = child
+        node[keys[-1]] = value
+    return merged
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A YAML file holding one mapping; errors name the file."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping, not {type(data).__name__}")
+    return data
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The attribute docstrings of a dataclass (and its bases), for `--describe` style help."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if klass is object or not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            tree = ast.parse(inspect.getsource(klass).lstrip())
+        except (OSError, TypeError, SyntaxError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for node, nxt in zip(body, body[1:]):
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                    and isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant)
+                    and isinstance(nxt.value.value, str)):
+                docs[node.target.id] = inspect.cleandoc(nxt.value.value)
+    return docs
+
+
+__all__ = ["ConfigError", "Section", "from_dict", "parse_override", "apply_overrides", "read_yaml",
+           "field_docs"]

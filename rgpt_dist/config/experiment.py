@@ -1,0 +1,70 @@
+"""The top-level config: sections, loading (YAML + flavours + overrides) and the one validate()."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rgpt_dist.config.base import ConfigError, Section, apply_overrides, from_dict, read_yaml
+from rgpt_dist.config.flavours import FLAVOURS, flavour
+from rgpt_dist.config.model import ModelConfig
+from rgpt_dist.config.train import TrainConfig
+
+
+@dataclasses.dataclass
+class Config(Section):
+    """A whole experiment. Later issues add sections (data, parallel, checkpoint, logging)."""
+
+    model: ModelConfig = dataclasses.field(default_factory=lambda: from_dict(ModelConfig, flavour("gpt2-small")))
+    """The model: a mapping with `family`, or in YAML/overrides the name of a flavour."""
+    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+    """Optimisation recipe and batch shape."""
+
+    def problems(self, path: str = "") -> list[str]:
+        out = self.model.problems("model") + self.train.problems("train")
+        if self.train.seq_len > self.model.block_size:
+            out.append(f"train.seq_len={self.train.seq_len} exceeds model.block_size={self.model.block_size}")
+        return out
+
+    def validate(self) -> "Config":
+        """Raise one ConfigError naming every offending value; return self when valid."""
+        problems = self.problems()
+        if problems:
+            raise ConfigError(problems)
+        return self
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+def _expand_flavour(data: dict[str, Any]) -> dict[str, Any]:
+    """`model: <flavour name>` -> that flavour's mapping."""
+    if isinstance(data.get("model"), str):
+        data = {**data, "model": flavour(data["model"])}
+    return data
+
+
+def load_config(source: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Build and validate a Config.
+
+    `source` is an experiment YAML, a model-section YAML (one with a top-level `family`), a flavour
+    name, or None (the defaults). `overrides` are `key=value` strings applied in order, e.g.
+    `model=recurrentgpt-debug model.n_loops=4 train.seq_len=128`.
+    """
+    data: dict[str, Any] = {}
+    if source is not None:
+        if str(source) in FLAVOURS:
+            data = {"model": str(source)}
+        elif Path(source).suffix in (".yaml", ".yml") or Path(source).exists():
+            data = read_yaml(source)
+            if "family" in data:  # a model-section file such as configs/models/gpt2-small.yaml
+                data = {"model": data}
+        else:
+            raise ConfigError(f"config {str(source)!r} is neither a YAML file nor a flavour "
+                              f"(flavours: {', '.join(FLAVOURS)})")
+    data = _expand_flavour(data)
+    for text in overrides:
+        data = _expand_flavour(apply_overrides(data, [text]))
+    return from_dict(Config, data).validate()

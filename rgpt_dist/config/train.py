@@ -1,0 +1,55 @@
+"""Training-recipe section (paper section 4, Table 5). No torch import."""
+from __future__ import annotations
+
+import dataclasses
+
+from rgpt_dist.config.base import Section
+
+
+@dataclasses.dataclass
+class TrainConfig(Section):
+    """Optimisation and batch shape; the defaults are the paper's recipe on one GPU."""
+
+    seed: int = 1337
+    """Seed of initialisation, depth sampling and noise (the paper's main seed is 1337)."""
+    seq_len: int = 1024
+    """Tokens per training sequence T; must not exceed model.block_size."""
+    micro_batch_size: int = 8
+    """Sequences per micro-batch per data-parallel rank."""
+    grad_accum_steps: int = 60
+    """Micro-batches accumulated per optimizer step (per data-parallel rank)."""
+    max_steps: int = 20000
+    """Optimizer steps (20,000 standard budget; 40,000 doubled)."""
+    lr: float = 6e-4
+    """Peak learning rate after warmup."""
+    min_lr: float = 6e-5
+    """Learning rate at the end of the cosine decay."""
+    warmup_steps: int = 2000
+    """Linear warmup steps."""
+    weight_decay: float = 0.1
+    """AdamW weight decay, applied to tensors of 2 or more dimensions only."""
+    beta1: float = 0.9
+    """AdamW beta1."""
+    beta2: float = 0.95
+    """AdamW beta2."""
+    grad_clip: float = 1.0
+    """Global gradient-norm clip; 0 disables clipping."""
+
+    def problems(self, path: str) -> list[str]:
+        out = [f"{path}.{k}={v!r} must be > 0" for k, v in dict(
+            seq_len=self.seq_len, micro_batch_size=self.micro_batch_size, grad_accum_steps=self.grad_accum_steps,
+            max_steps=self.max_steps, lr=self.lr).items() if not v > 0]
+        out += [f"{path}.{k}={v!r} must be >= 0" for k, v in dict(
+            min_lr=self.min_lr, warmup_steps=self.warmup_steps, weight_decay=self.weight_decay,
+            grad_clip=self.grad_clip).items() if not v >= 0]
+        if self.min_lr > self.lr:
+            out.append(f"{path}.min_lr={self.min_lr} must not exceed {path}.lr={self.lr}")
+        if self.warmup_steps > self.max_steps:
+            out.append(f"{path}.warmup_steps={self.warmup_steps} exceeds {path}.max_steps={self.max_steps}")
+        for name, beta in (("beta1", self.beta1), ("beta2", self.beta2)):
+            if not 0 <= beta < 1:
+                out.append(f"{path}.{name}={beta} must be in [0, 1)")
+        return out
+
+    def tokens_per_step(self, dp_size: int = 1) -> int:
+        return self.micro_batch_size * self.grad_accum_steps * self.seq_len * dp_size

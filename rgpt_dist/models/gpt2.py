@@ -1,0 +1,68 @@
+"""Dense GPT-2 (nanoGPT-style): the baseline of every comparison.
+
+    idx (B, T) -> wte + wpe -> n_layer pre-norm blocks -> LN -> tied head -> logits (B, T, V)
+
+Initialisation follows GPT-2: N(0, 0.02) weights, zero biases, residual output projections scaled
+by 1/sqrt(2 * n_layer).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from rgpt_dist.config.model import GPT2Config
+from rgpt_dist.models.layers import Block, Embeddings, LayerFactory, LMHead, ModelOutput, residual_std
+
+
+class GPT2(nn.Module):
+    may_have_unused_params = False  # every parameter receives a gradient every step
+
+    def __init__(self, cfg: GPT2Config, factory: LayerFactory | None = None):
+        super().__init__()
+        factory = factory or LayerFactory()
+        self.cfg = cfg
+        out_std = residual_std(cfg, cfg.n_layer)
+        self.embed = Embeddings(cfg, factory)
+        self.blocks = nn.ModuleList(Block(cfg, factory, out_std) for _ in range(cfg.n_layer))
+        self.head = LMHead(cfg, factory, self.embed.wte)
+
+    def depth_sampler(self) -> None:
+        """Dense models have no depth to sample."""
+        return None
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, r: int | None = None,
+                all_exits: bool = False, noise_key: object = None) -> ModelOutput:
+        """idx, targets: (B, T) token ids. `r`, `all_exits` and `noise_key` exist for a uniform
+        interface across families; a dense model has no recurrence and no noise."""
+        if r is not None or all_exits:
+            raise ValueError("GPT2 has no recurrence depth: r and all_exits are not supported")
+        h = self.embed(idx)                 # (B, T, d)
+        for block in self.blocks:
+            h = block(h)
+        logits, loss = self.head(h, targets)
+        return ModelOutput(loss=loss, logits=logits)
+
+
+def from_hf_state_dict(sd: dict[str, torch.Tensor], n_head: int) -> dict[str, torch.Tensor]:
+    """Convert a `transformers.GPT2LMHeadModel` state dict to this module's names and layouts:
+    Conv1D weights are transposed, and c_attn's [(q|k|v), head, hd] output order becomes
+    [head, (q|k|v), hd] (see CausalSelfAttention)."""
+    def qkv_to_per_head(t: torch.Tensor) -> torch.Tensor:
+        d3 = t.shape[0]
+        hd = d3 // 3 // n_head
+        return t.view(3, n_head, hd, *t.shape[1:]).transpose(0, 1).reshape(d3, *t.shape[1:])
+
+    out = {"embed.wte.weight": sd["transformer.wte.weight"], "embed.wpe.weight": sd["transformer.wpe.weight"],
+           "head.ln_f.weight": sd["transformer.ln_f.weight"], "head.ln_f.bias": sd["transformer.ln_f.bias"]}
+    n_layer = 1 + max(int(k.split(".")[2]) for k in sd if k.startswith("transformer.h."))
+    for i in range(n_layer):
+        src, dst = f"transformer.h.{i}.", f"blocks.{i}."
+        for ln in ("ln_1", "ln_2"):
+            out[dst + f"{ln}.weight"] = sd[src + f"{ln}.weight"]
+            out[dst + f"{ln}.bias"] = sd[src + f"{ln}.bias"]
+        out[dst + "attn.qkv.weight"] = qkv_to_per_head(sd[src + "attn.c_attn.weight"].t())
+        out[dst + "attn.qkv.bias"] = qkv_to_per_head(sd[src + "attn.c_attn.bias"])
+        for mine, theirs in (("attn.proj", "attn.c_proj"), ("mlp.fc", "mlp.c_fc"), ("mlp.proj", "mlp.c_proj")):
+            out[dst + f"{mine}.weight"] = sd[src + f"{theirs}.weight"].t()
+            out[dst + f"{mine}.bias"] = sd[src + f"{theirs}.bias"]
+    return {k: v.contiguous() for k, v in out.items()}

@@ -1,0 +1,149 @@
+"""Building blocks shared by the transformer families: the layer factory, attention, MLP, block,
+embeddings and the tied LM head. Plain PyTorch; no torch.distributed.
+
+Tensor parallelism is injected through `LayerFactory`: every linear layer says how it would be split
+(`column`: output features sharded, `row`: input features sharded and the output reduced, `none`:
+replicated). The default factory builds plain `nn.Linear`/`nn.Embedding`; a tensor-parallel factory
+(rgpt_dist/parallel) returns megatron-core layers with the same call signatures. Modules infer local
+sizes (heads, MLP width) from the layers they were given, so the same code runs sharded.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Literal
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+Parallel = Literal["column", "row", "none"]
+
+
+class LayerFactory:
+    """Creates the layers tensor parallelism must choose at construction (plain torch.nn here)."""
+
+    tp_size: int = 1
+
+    def linear(self, in_features: int, out_features: int, *, bias: bool, parallel: Parallel,
+               init_std: float) -> nn.Module:
+        layer = nn.Linear(in_features, out_features, bias=bias)
+        nn.init.normal_(layer.weight, mean=0.0, std=init_std)
+        if bias:
+            nn.init.zeros_(layer.bias)
+        return layer
+
+    def embedding(self, num: int, dim: int, *, parallel: Parallel, init_std: float) -> nn.Embedding:
+        emb = nn.Embedding(num, dim)
+        nn.init.normal_(emb.weight, mean=0.0, std=init_std)
+        return emb
+
+    def lm_logits(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """(B, T, d) x (V, d) -> (B, T, V): the tied LM head."""
+        return F.linear(h, weight)
+
+    def cross_entropy(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean next-token loss in fp32; targets of -1 are ignored."""
+        return F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(), ignore_index=-1)
+
+
+@dataclasses.dataclass
+class ModelOutput:
+    """What every family returns: the training loss, the logits, and family-specific extras
+    (gate statistics, auxiliary losses, per-exit losses) that the trainer logs or adds generically."""
+
+    loss: torch.Tensor | None
+    logits: torch.Tensor | None
+    aux: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def layer_norm(cfg: Any) -> nn.LayerNorm:
+    return nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps, bias=cfg.bias)
+
+
+def residual_std(cfg: Any, block_executions: int) -> float:
+    """GPT-2's scaled init of residual output projections: std / sqrt(2 * blocks executed)."""
+    return cfg.init_std / math.sqrt(2 * block_executions)
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention through SDPA (flash/memory-efficient kernels on GPU).
+
+    The fused qkv projection's output features are laid out per head as [head, (q|k|v), head_dim]
+    so that a column shard holds whole heads; `rgpt_dist.models.gpt2.from_hf_state_dict` converts
+    from GPT-2's [(q|k|v), head, head_dim] layout.
+    """
+
+    def __init__(self, cfg: Any, factory: LayerFactory, out_std: float):
+        super().__init__()
+        d = cfg.d_model
+        self.head_dim = cfg.head_dim
+        self.qkv = factory.linear(d, 3 * d, bias=cfg.bias, parallel="column", init_std=cfg.init_std)
+        self.proj = factory.linear(d, d, bias=cfg.bias, parallel="row", init_std=out_std)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.shape
+        qkv = self.qkv(x).view(B, T, -1, 3, self.head_dim)          # (B, T, H_local, 3, hd)
+        q, k, v = qkv.permute(3, 0, 2, 1, 4).unbind(0)                # each (B, H_local, T, hd)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H_local, T, hd)
+        return self.proj(y.transpose(1, 2).reshape(B, T, -1))         # (B, T, d)
+
+
+class MLP(nn.Module):
+    """d -> 4d -> d with GPT-2's tanh-approximated GELU."""
+
+    def __init__(self, cfg: Any, factory: LayerFactory, out_std: float):
+        super().__init__()
+        d = cfg.d_model
+        self.fc = factory.linear(d, 4 * d, bias=cfg.bias, parallel="column", init_std=cfg.init_std)
+        self.proj = factory.linear(4 * d, d, bias=cfg.bias, parallel="row", init_std=out_std)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.gelu(self.fc(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    """GPT-2 pre-norm block: x + attn(LN(x)), then x + mlp(LN(x))."""
+
+    def __init__(self, cfg: Any, factory: LayerFactory, out_std: float):
+        super().__init__()
+        self.ln_1 = layer_norm(cfg)
+        self.attn = CausalSelfAttention(cfg, factory, out_std)
+        self.ln_2 = layer_norm(cfg)
+        self.mlp = MLP(cfg, factory, out_std)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class Embeddings(nn.Module):
+    """Token + learned position embeddings: (B, T) ids -> (B, T, d)."""
+
+    def __init__(self, cfg: Any, factory: LayerFactory):
+        super().__init__()
+        self.block_size = cfg.block_size
+        self.wte = factory.embedding(cfg.padded_vocab_size, cfg.d_model, parallel="column", init_std=cfg.init_std)
+        self.wpe = factory.embedding(cfg.block_size, cfg.d_model, parallel="none", init_std=cfg.init_std)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        T = idx.shape[1]
+        if T > self.block_size:
+            raise ValueError(f"sequence length {T} exceeds block_size={self.block_size}")
+        pos = torch.arange(T, device=idx.device)
+        return self.wte(idx) + self.wpe(pos)
+
+
+class LMHead(nn.Module):
+    """Final LayerNorm and the head tied to the token embedding; computes the loss when given targets."""
+
+    def __init__(self, cfg: Any, factory: LayerFactory, wte: nn.Module):
+        super().__init__()
+        self.ln_f = layer_norm(cfg)
+        self.factory = factory
+        self.wte = [wte]  # a list, so the tied weight is not registered (and counted) twice
+
+    def forward(self, h: torch.Tensor, targets: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        logits = self.factory.lm_logits(self.ln_f(h), self.wte[0].weight)  # (B, T, V_padded)
+        loss = None if targets is None else self.factory.cross_entropy(logits, targets)
+        return logits, loss
