@@ -1,0 +1,1 @@
+"""rgpt-prep: raw text -> GPT-2 BPE tokens -> mosaicml-streaming (MDS) shards with a manifest."""
