@@ -6,7 +6,7 @@ PIP     := $(PY) -m pip
 STAMP   := .venv/.installed
 export PYTHONHASHSEED := 0
 
-.PHONY: venv test test-fast quickstart bench configs lock clean
+.PHONY: venv vocab test test-fast quickstart bench configs lock clean
 
 venv: $(STAMP)
 
@@ -17,20 +17,27 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) uninstall --quiet -y torchvision 2>/dev/null || true
 	touch $(STAMP)
 
-test: venv
+# The GPT-2 vocabulary, verified by sha256, into ~/.cache/rgpt-dist (from PyPI's openai-whisper sdist).
+vocab: venv
+	.venv/bin/rgpt-prep --fetch-vocab
+
+test: vocab
 	$(PY) -m pytest -q
 
-test-fast: venv
+test-fast: vocab
 	$(PY) -m pytest -q -m "not slow"
 
 # The main job on the embedded default arrives with the trainer (issue #4); until then this prints
-# the parameter/FLOPs table of every flavour and runs one forward/backward of the debug models.
-quickstart: venv
+# the parameter/FLOPs table of every flavour, prepares the embedded corpus and runs a short
+# forward/backward benchmark of the debug models.
+quickstart: vocab
 	.venv/bin/rgpt-flops
+	.venv/bin/rgpt-prep python-stdlib --out data/python-stdlib --seq-len 256 --workers 2 --overwrite
 	$(PY) benchmarks/model_throughput.py --quick
 
-bench: venv
+bench: vocab
 	$(PY) benchmarks/model_throughput.py
+	$(PY) benchmarks/data_throughput.py
 
 configs: venv
 	$(PY) -c "from rgpt_dist.config.flavours import write_yaml; write_yaml('configs/models')"

@@ -29,7 +29,7 @@ import numpy as np
 from data_prep.report import Report
 from data_prep.sources import InputFile, discover, read_documents
 from rgpt_dist.data.mds import mds_writer, merge_split_index
-from rgpt_dist.data.tokenizer import EOT_TOKEN, GPT2_VOCAB_SHA256, get_encoding
+from rgpt_dist.data.tokenizer import EOT_TOKEN, GPT2_VOCAB_SHA256, find_vocab, get_encoding
 
 FORMAT = "rgpt-dist/tokens-mds-v1"
 SPLITS = ("train", "val")
@@ -79,9 +79,11 @@ def encode_batch(texts: list[str], fraction: float) -> list[tuple[np.ndarray, bo
     """Tokens of each document with <|endoftext|> appended (uint16), and whether it goes to val."""
     out = []
     for text in texts:
-        ids = _ENC.encode_ordinary(text)
-        ids.append(EOT_TOKEN)
-        out.append((np.asarray(ids, dtype=np.uint16), is_val(text, fraction)))
+        ids = _ENC.encode_to_numpy(text, disallowed_special=())  # = encode_ordinary, as an array
+        tokens = np.empty(len(ids) + 1, dtype=np.uint16)
+        tokens[:-1] = ids
+        tokens[-1] = EOT_TOKEN
+        out.append((tokens, is_val(text, fraction)))
     return out
 
 
@@ -112,47 +114,53 @@ def plan_parts(files: list[InputFile], part_bytes: float) -> list[list[InputFile
     return parts + ([current] if current else [])
 
 
-def _batches(f: InputFile, opts: PrepOptions, report: Report) -> Iterator[list[str]]:
-    batch, size = [], 0
-    for text, _line in read_documents(f, opts.text_field, int(opts.max_doc_mb * 2**20), report):
-        batch.append(text)
-        size += len(text)
-        if size >= BATCH_BYTES:
-            yield batch
-            batch, size = [], 0
-    if batch:
-        yield batch
+def _batches(files: list[InputFile], opts: PrepOptions, report: Report) -> Iterator[tuple[list[int], list[str]]]:
+    """(file index of each document, documents) in about BATCH_BYTES of text; batches span files,
+    so corpora of many small files still make few large tasks."""
+    owners, texts, size = [], [], 0
+    for i, f in enumerate(files):
+        for text, _line in read_documents(f, opts.text_field, int(opts.max_doc_mb * 2**20), report):
+            owners.append(i)
+            texts.append(text)
+            size += len(text)
+            if size >= BATCH_BYTES:
+                yield owners, texts
+                owners, texts, size = [], [], 0
+    if texts:
+        yield owners, texts
 
 
-def _tokenized(files: list[InputFile], opts: PrepOptions, report: Report, pool) -> Iterator[tuple[int, int, list]]:
-    """(file index, characters, encoded batch) in input order, at most 2 batches per worker in flight."""
-    jobs = ((i, b) for i, f in enumerate(files) for b in _batches(f, opts, report))
+def _tokenized(files: list[InputFile], opts: PrepOptions, report: Report, pool) -> Iterator[tuple[list[int], int, list]]:
+    """(file index per document, characters, encoded batch) in input order, at most 2 batches per
+    worker in flight."""
+    jobs = _batches(files, opts, report)
     if pool is None:
-        for i, batch in jobs:
-            yield i, sum(map(len, batch)), encode_batch(batch, opts.val_fraction)
+        for owners, texts in jobs:
+            yield owners, sum(map(len, texts)), encode_batch(texts, opts.val_fraction)
         return
     pending: collections.deque = collections.deque()
-    for i, batch in jobs:
-        pending.append((i, sum(map(len, batch)), pool.apply_async(encode_batch, (batch, opts.val_fraction))))
+    for owners, texts in jobs:
+        pending.append((owners, sum(map(len, texts)), pool.apply_async(encode_batch, (texts, opts.val_fraction))))
         if len(pending) >= 2 * opts.workers:
-            j, chars, res = pending.popleft()
-            yield j, chars, res.get()
+            owners, chars, res = pending.popleft()
+            yield owners, chars, res.get()
     while pending:
-        j, chars, res = pending.popleft()
-        yield j, chars, res.get()
+        owners, chars, res = pending.popleft()
+        yield owners, chars, res.get()
 
 
-def write_part(index: int, files: list[InputFile], opts: PrepOptions, staging: Path, pool, progress) -> dict:
-    """Tokenize and pack one part into staging/<split>/part-NNNNN; return its record."""
-    report = Report()
+def write_part(index: int, files: list[InputFile], opts: PrepOptions, staging: Path, pool, progress,
+               report: Report) -> dict:
+    """Tokenize and pack one part into staging/<split>/part-NNNNN; return its record (with the
+    part's own `report` of skipped items)."""
     name = f"part-{index:05d}"
     n = opts.seq_len + 1
     writers = {s: mds_writer(staging / s / name, n, opts.shard_mb, opts.compression) for s in SPLITS}
     packers = {s: Packer(n) for s in SPLITS}
     per_file = [{s: {"documents": 0, "tokens": 0} for s in SPLITS} for _ in files]
     samples = dict.fromkeys(SPLITS, 0)
-    for i, chars, encoded in _tokenized(files, opts, report, pool):
-        for tokens, val in encoded:
+    for owners, chars, encoded in _tokenized(files, opts, report, pool):
+        for i, (tokens, val) in zip(owners, encoded):
             split = "val" if val else "train"
             per_file[i][split]["documents"] += 1
             per_file[i][split]["tokens"] += len(tokens)
@@ -248,18 +256,20 @@ def run(opts: PrepOptions) -> int:
     if out.exists() and any(out.iterdir()) and not opts.overwrite:
         print(f"rgpt-prep: output {out} exists and is not empty; pass --overwrite to replace it", file=sys.stderr)
         return 2
-    get_encoding(opts.vocab)  # fail fast, with instructions, when no vocabulary is available
-    report = Report()
-    files = discover(opts.inputs, report)
-    staging = out.with_name(out.name + ".partial")
-    _prepare_staging(staging, _fingerprint(files, opts), opts.resume)
-    parts_plan = plan_parts(files, opts.part_mb * 2**20)
-    progress = _Progress(opts.progress)
+    if find_vocab(opts.vocab) is None:
+        get_encoding(opts.vocab)  # fail fast, with instructions, before any worker starts
+    # Workers load the vocabulary while this process discovers and hashes the inputs.
     pool = mp.get_context("fork").Pool(opts.workers, _init_worker, (opts.vocab,)) if opts.workers > 1 else None
     if pool is None:
         _init_worker(opts.vocab)
-    parts = []
+    report = Report()
+    parts, progress = [], _Progress(False)
     try:
+        files = discover(opts.inputs, report)
+        staging = out.with_name(out.name + ".partial")
+        _prepare_staging(staging, _fingerprint(files, opts), opts.resume)
+        parts_plan = plan_parts(files, opts.part_mb * 2**20)
+        progress = _Progress(opts.progress)
         for i, part_files in enumerate(parts_plan):
             record_file = staging / "parts" / f"part-{i:05d}.json"
             if record_file.exists():
@@ -267,7 +277,9 @@ def run(opts: PrepOptions) -> int:
             else:
                 for s in SPLITS:  # leftovers of the interrupted attempt at this part
                     shutil.rmtree(staging / s / f"part-{i:05d}", ignore_errors=True)
-                record = write_part(i, part_files, opts, staging, pool, progress)
+                part_report = Report(echo=report.echo, echoed=report.echoed)
+                record = write_part(i, part_files, opts, staging, pool, progress, part_report)
+                report.echoed = part_report.echoed
                 _write_json(record_file, record)
             report.merge(record)
             parts.append(record)
@@ -283,6 +295,10 @@ def run(opts: PrepOptions) -> int:
     for s in SPLITS:
         merge_split_index(staging / s, [p["part"] for p in parts])
         manifest["splits"][s]["shards"] = sorted(str(p.relative_to(staging)) for p in (staging / s).rglob("*.mds*"))
+    for s in SPLITS:
+        if not manifest["splits"][s]["samples"]:
+            print(f"rgpt-prep: warning: the {s} split has no complete sample (raise the corpus size or "
+                  f"--val-fraction, or lower --seq-len)", file=sys.stderr)
     _write_json(staging / "manifest.json", manifest)
     shutil.rmtree(staging / "parts")
     (staging / "plan.json").unlink()

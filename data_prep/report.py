@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 MAX_ITEMS = 1000  # items listed in the manifest; counts are always complete
+MAX_ECHO = 20     # items printed as they happen; the rest are only counted and listed in the manifest
 
 
 @dataclasses.dataclass
@@ -19,15 +20,22 @@ class Report:
     items: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     warning_counts: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     warnings: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    echoed: int = 0
+
+    def _echo(self, message: str) -> None:
+        if self.echo and self.echoed < MAX_ECHO:
+            print(f"rgpt-prep: {message}", file=sys.stderr)
+        elif self.echo and self.echoed == MAX_ECHO:
+            print(f"rgpt-prep: further problems are not printed; manifest.json counts and lists them",
+                  file=sys.stderr)
+        self.echoed += 1
 
     def warn(self, reason: str, file: str, line: int | None = None) -> None:
         self.warning_counts[reason] += 1
         item = {"file": file, "reason": reason, **({"line": line} if line is not None else {})}
         if len(self.warnings) < MAX_ITEMS:
             self.warnings.append(item)
-        if self.echo:
-            where = f"{file}:{line}" if line is not None else file
-            print(f"rgpt-prep: warning {where}: {reason}", file=sys.stderr)
+        self._echo(f"warning {file}:{line}: {reason}" if line is not None else f"warning {file}: {reason}")
 
     def skip(self, reason: str, file: str, line: int | None = None, detail: str = "") -> None:
         self.counts[reason] += 1
@@ -38,9 +46,8 @@ class Report:
             item["detail"] = detail
         if len(self.items) < MAX_ITEMS:
             self.items.append(item)
-        if self.echo:
-            where = f"{file}:{line}" if line is not None else file
-            print(f"rgpt-prep: skipped {where}: {reason}{' (' + detail + ')' if detail else ''}", file=sys.stderr)
+        where = f"{file}:{line}" if line is not None else file
+        self._echo(f"skipped {where}: {reason}{' (' + detail + ')' if detail else ''}")
 
     def merge(self, other: dict[str, Any]) -> None:
         """Fold in a report saved by a completed part (resumed runs)."""

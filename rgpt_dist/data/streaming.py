@@ -9,6 +9,7 @@ docs/data.md.
 from __future__ import annotations
 
 import glob
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,10 @@ def _stream(root: str, split: str, cache_dir: str | None) -> Any:
     path = Path(root) / split
     if not (path / "index.json").is_file():
         raise FileNotFoundError(f"{path} has no index.json: not an rgpt-prep dataset split")
+    shards = json.loads((path / "index.json").read_text())["shards"]
+    if not sum(s["samples"] for s in shards):
+        raise ValueError(f"{path} holds no samples (too little text for one sample, or val_fraction 0); "
+                         f"see {Path(root) / 'manifest.json'}")
     return streaming.Stream(local=str(path))
 
 
