@@ -10,20 +10,33 @@ import yaml
 from rgpt_dist.config.base import ConfigError, Section, apply_overrides, from_dict, read_yaml
 from rgpt_dist.config.flavours import FLAVOURS, flavour
 from rgpt_dist.config.model import ModelConfig
+from rgpt_dist.config.run import CheckpointConfig, DataConfig, EvalConfig, LogConfig, ParallelConfig
 from rgpt_dist.config.train import TrainConfig
 
 
 @dataclasses.dataclass
 class Config(Section):
-    """A whole experiment. Later issues add sections (data, parallel, checkpoint, logging)."""
+    """A whole experiment: every section is validated together before anything starts."""
 
     model: ModelConfig = dataclasses.field(default_factory=lambda: from_dict(ModelConfig, flavour("gpt2-small")))
     """The model: a mapping with `family`, or in YAML/overrides the name of a flavour."""
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
     """Optimisation recipe and batch shape."""
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    """Training and validation data."""
+    parallel: ParallelConfig = dataclasses.field(default_factory=ParallelConfig)
+    """ZeRO stage, precision, activation checkpointing, tensor parallelism."""
+    checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
+    """Checkpoint cadence, retention and resumption."""
+    eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
+    """Validation cadence and the early-exit curve."""
+    log: LogConfig = dataclasses.field(default_factory=LogConfig)
+    """Run directory, metrics and wandb."""
 
     def problems(self, path: str = "") -> list[str]:
-        out = self.model.problems("model") + self.train.problems("train")
+        out = []
+        for name in ("model", "train", "data", "parallel", "checkpoint", "eval", "log"):
+            out += getattr(self, name).problems(name)
         if self.train.seq_len > self.model.block_size:
             out.append(f"train.seq_len={self.train.seq_len} exceeds model.block_size={self.model.block_size}")
         return out

@@ -87,3 +87,24 @@ def test_resume_on_fewer_ranks_reads_exactly_the_unread_samples(dataset, tmp_pat
     expected = all_hashes(dataset)
     assert sum(first.values()) == 20
     assert first + rest == expected
+
+
+def test_a_killed_reader_does_not_poison_the_next_run(dataset):
+    import os
+    import signal
+    import subprocess
+    import sys
+    from rgpt_dist.data.streaming import cleanup_stale_state, token_dataset, token_loader
+    before = set(os.listdir("/dev/shm"))
+    proc = subprocess.Popen([sys.executable, "-m", "tests.data.hold_dataset", str(dataset)], cwd=ROOT,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "READY"
+    leaked = set(os.listdir("/dev/shm")) - before
+    assert leaked  # the reader holds shared memory...
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert leaked <= set(os.listdir("/dev/shm"))  # ...which a SIGKILL leaves behind
+    cleanup_stale_state()
+    assert not leaked & set(os.listdir("/dev/shm"))
+    x, _ = next(iter(token_loader(token_dataset(dataset, "train", batch_size=2), batch_size=2)))
+    assert x.shape == (2, 16)

@@ -1,0 +1,126 @@
+"""Run sections: data, parallelism, checkpoints, evaluation and logging. No torch import."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from rgpt_dist.config.base import Section
+
+
+@dataclasses.dataclass
+class DataConfig(Section):
+    """Where training and validation samples come from (rgpt-prep outputs)."""
+
+    paths: list[str] = dataclasses.field(default_factory=lambda: ["data/python-stdlib"])
+    """rgpt-prep output directories or remote URIs; their splits are read as one stream set."""
+    train_split: str = "train"
+    """Split read for training."""
+    val_split: str = "val"
+    """Split read for evaluation."""
+    shuffle: bool = True
+    """Shuffle training samples (seeded by train.seed)."""
+    num_canonical_nodes: int = 1
+    """Fixes streaming's global sample order independently of the number of ranks (resumption on
+    another world size relies on it staying the same)."""
+    num_workers: int = 0
+    """Loader worker processes per rank (0: load in the training process)."""
+    cache_dir: str = ""
+    """Local cache for remote URIs (default /tmp/rgpt-streaming-cache)."""
+
+    def problems(self, path: str) -> list[str]:
+        out = []
+        if not self.paths:
+            out.append(f"{path}.paths is empty: give at least one rgpt-prep output")
+        if self.num_canonical_nodes < 1:
+            out.append(f"{path}.num_canonical_nodes={self.num_canonical_nodes} must be >= 1")
+        if self.num_workers < 0:
+            out.append(f"{path}.num_workers={self.num_workers} must be >= 0")
+        return out
+
+
+@dataclasses.dataclass
+class ParallelConfig(Section):
+    """How the model is sharded and computed."""
+
+    zero_stage: int = 2
+    """DeepSpeed ZeRO stage: 0 (DDP-like), 1 (optimizer states), 2 (+gradients), 3 (+parameters)."""
+    dtype: Literal["fp32", "bf16"] = "bf16"
+    """Compute precision (bf16 mixed precision with fp32 master weights, or fp32)."""
+    activation_checkpointing: Literal["none", "recurrence", "blocks"] = "recurrence"
+    """Recompute activations in backward: none; recurrence = each step of the shared core (or each
+    block of a dense model); blocks = additionally every prelude/coda block."""
+    tp_size: int = 1
+    """Tensor-parallel size (megatron-core; issue #5). 1 = no tensor parallelism."""
+    backend: Literal["auto", "nccl", "gloo"] = "auto"
+    """torch.distributed backend; auto = nccl with CUDA, gloo without."""
+
+    def problems(self, path: str) -> list[str]:
+        out = []
+        if self.zero_stage not in (0, 1, 2, 3):
+            out.append(f"{path}.zero_stage={self.zero_stage} must be 0, 1, 2 or 3")
+        if self.tp_size != 1:
+            out.append(f"{path}.tp_size={self.tp_size}: tensor parallelism is not available yet (issue #5)")
+        return out
+
+
+@dataclasses.dataclass
+class CheckpointConfig(Section):
+    """When and where training state is saved."""
+
+    every_steps: int = 1000
+    """Save every N optimizer steps (and at the end)."""
+    keep_last: int = 3
+    """Complete checkpoints kept; older ones are deleted."""
+    dir: str = ""
+    """Checkpoint directory (default RUN_DIR/checkpoints)."""
+    resume: bool = True
+    """Resume from the newest complete, verified checkpoint in `dir` when there is one."""
+
+    def problems(self, path: str) -> list[str]:
+        out = [f"{path}.{k}={v} must be >= 1" for k, v in (("every_steps", self.every_steps),
+                                                           ("keep_last", self.keep_last)) if v < 1]
+        return out
+
+
+@dataclasses.dataclass
+class EvalConfig(Section):
+    """Validation during training."""
+
+    every_steps: int = 1000
+    """Evaluate every N optimizer steps (and at the end); 0 disables."""
+    batches: int = 20
+    """Validation micro-batches per rank per evaluation."""
+    early_exit: bool = True
+    """Also report the loss at every depth 0..R from one all_exits pass (recurrent families)."""
+
+    def problems(self, path: str) -> list[str]:
+        out = []
+        if self.every_steps < 0:
+            out.append(f"{path}.every_steps={self.every_steps} must be >= 0")
+        if self.batches < 1:
+            out.append(f"{path}.batches={self.batches} must be >= 1")
+        return out
+
+
+@dataclasses.dataclass
+class LogConfig(Section):
+    """Console, RUN_DIR/metrics.jsonl and wandb."""
+
+    run_dir: str = "runs/default"
+    """Directory of this run: metrics.jsonl, the resolved config, checkpoints, wandb files."""
+    every_steps: int = 10
+    """Log training metrics every N optimizer steps."""
+    wandb: Literal["auto", "online", "offline", "disabled"] = "auto"
+    """auto = online with an API key and WANDB_MODE unset, else offline; WANDB_MODE wins when set."""
+    project: str = "rgpt-dist"
+    """wandb project."""
+    name: str = ""
+    """Run name (default: the run directory's name)."""
+
+    def problems(self, path: str) -> list[str]:
+        out = []
+        if not self.run_dir:
+            out.append(f"{path}.run_dir is empty")
+        if self.every_steps < 1:
+            out.append(f"{path}.every_steps={self.every_steps} must be >= 1")
+        return out
