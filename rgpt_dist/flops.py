@@ -89,6 +89,20 @@ def executed_forward_flops(cfg: ModelConfig, seq_len: int, r: float | None = Non
     return forward_flops(cfg, seq_len, r) - r * 10 * d * d + (r * 6 * d * d + 4 * d * d if r > 0 else 0)
 
 
+def recompute_flops(cfg: ModelConfig, seq_len: int, r: float | None, mode: str) -> float:
+    """Forward FLOPs per token run again in backward by activation checkpointing (`mode` as in
+    parallel.activation_checkpointing); hardware utilisation counts them, MFU does not."""
+    if mode == "none":
+        return 0.0
+    block = 24 * cfg.d_model ** 2 + 4 * seq_len * cfg.d_model
+    if not isinstance(cfg, RecurrentGPTConfig):
+        return float(cfg.n_layer * block)
+    r = cfg.n_loops if r is None else r
+    d = cfg.d_model
+    flops = r * (cfg.n_rec * block + 6 * d * d)  # the recurrence step: core blocks, W_h, gate
+    return float(flops + ((cfg.n_pre + cfg.n_coda) * block if mode == "blocks" else 0))
+
+
 def head_flops(cfg: ModelConfig) -> float:
     """The tied LM head per token, forward: 2 d V (padded vocabulary: the matmul actually run)."""
     return 2.0 * cfg.d_model * cfg.padded_vocab_size

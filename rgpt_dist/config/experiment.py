@@ -53,9 +53,14 @@ class Config(Section):
 
 
 def _expand_flavour(data: dict[str, Any]) -> dict[str, Any]:
-    """`model: <flavour name>` -> that flavour's mapping."""
-    if isinstance(data.get("model"), str):
-        data = {**data, "model": flavour(data["model"])}
+    """`model: <flavour>` -> that flavour's mapping; `model: {flavour: <name>, key: value, ...}` ->
+    the flavour with those fields replaced."""
+    model = data.get("model")
+    if isinstance(model, str):
+        data = {**data, "model": flavour(model)}
+    elif isinstance(model, dict) and "flavour" in model:
+        rest = {k: v for k, v in model.items() if k != "flavour"}
+        data = {**data, "model": {**flavour(model["flavour"]), **rest}}
     return data
 
 

@@ -30,6 +30,10 @@ class GPT2(nn.Module):
         """Dense models have no depth to sample."""
         return None
 
+    def checkpoint_units(self, mode: str) -> list[nn.Module]:
+        """Modules whose activations are recomputed in backward: every block (any mode)."""
+        return list(self.blocks)
+
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, r: int | None = None,
                 all_exits: bool = False, noise_key: object = None) -> ModelOutput:
         """idx, targets: (B, T) token ids. `r`, `all_exits` and `noise_key` exist for a uniform

@@ -91,6 +91,12 @@ class RecurrentGPT(nn.Module):
         """The training depth schedule: r as a pure function of (seed, step)."""
         return make_sampler(self.cfg.depth_sampler, self.cfg.r_min, self.cfg.n_loops)
 
+    def checkpoint_units(self, mode: str) -> list[nn.Module]:
+        """Modules whose activations are recomputed in backward: the recurrence step (called r
+        times per forward), and with mode 'blocks' also every prelude and coda block."""
+        extra = list(self.prelude) + list(self.coda) if mode == "blocks" else []
+        return [self.recurrence] + extra
+
     def _readout(self, h: torch.Tensor, targets: torch.Tensor | None):
         for block in self.coda:
             h = block(h)
@@ -116,18 +122,18 @@ class RecurrentGPT(nn.Module):
             h = block(h)
         anchor = self.recurrence.anchor(h) if r > 0 else None             # h_pre terms, once
         exit_losses = [self._readout(h, targets)[1]] if all_exits and r > 0 else []
-        gate_mean, gate_std = [], []
+        gate_stats = []
         for i in range(r):
             h, g = self.recurrence(h, anchor, None if noise_key is None else noise_key.at(i))
-            gate_mean.append(g.detach().mean())
-            gate_std.append(g.detach().float().std())
+            g = g.detach().float()
+            gate_stats.append(torch.stack([g.mean(), g.std(), (g > 0.95).float().mean(), (g < 0.05).float().mean()]))
             if all_exits and i < r - 1:
                 exit_losses.append(self._readout(h, targets)[1])
         logits, loss = self._readout(h, targets)
         aux = {"depth": r}
-        if r > 0:
-            aux["gate_mean"] = torch.stack(gate_mean)                       # (r,)
-            aux["gate_std"] = torch.stack(gate_std)                         # (r,)
+        if r > 0:  # per step: mean, std, fraction > 0.95 (copy), fraction < 0.05 (write)
+            stats = torch.stack(gate_stats)                                 # (r, 4)
+            aux.update(gate_mean=stats[:, 0], gate_std=stats[:, 1], gate_hi=stats[:, 2], gate_lo=stats[:, 3])
         if all_exits:
             aux["exit_losses"] = torch.stack(exit_losses + [loss])          # (r + 1,)
         return ModelOutput(loss=loss, logits=logits, aux=aux)

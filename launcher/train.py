@@ -1,0 +1,42 @@
+"""Train a model from an experiment config plus key=value overrides.
+
+    torchrun --nproc_per_node 2 launcher/train.py configs/experiments/quickstart.yaml
+    deepspeed --num_gpus 8 launcher/train.py configs/experiments/medium-isoflops.yaml train.seed=42
+
+The whole config is validated, and world-size and filesystem checks run, before any process group,
+model or data loader exists; a bad config exits with status 2 and one message per problem (printed
+by rank 0 only).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable as a script from a checkout
+
+from rgpt_dist.config import ConfigError, load_config  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("--local_rank")]
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if args else 2
+    try:
+        cfg = load_config(args[0], args[1:])
+        from rgpt_dist.train.preflight import preflight
+        problems = preflight(cfg, int(os.environ.get("WORLD_SIZE", 1)))
+        if problems:
+            raise ConfigError(problems)
+    except ConfigError as e:
+        if int(os.environ.get("RANK", 0)) == 0:
+            print(f"train: {e}", file=sys.stderr)
+        return 2
+    from rgpt_dist.train.run import train
+    train(cfg)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

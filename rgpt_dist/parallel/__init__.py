@@ -1,0 +1,1 @@
+"""Parallelism applied to plain models from outside: process groups, ZeRO, activation checkpointing."""

@@ -1,0 +1,57 @@
+"""Config -> DeepSpeed engine (ZeRO stage, precision, accumulation, clipping)."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from rgpt_dist.config.experiment import Config
+from rgpt_dist.parallel.dims import ParallelDims
+
+
+def use_cpu_accelerator() -> None:
+    """DeepSpeed picks its accelerator at import: without CUDA it must be told to use the CPU.
+    Called before the first `import deepspeed`."""
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+
+def ds_config(cfg: Config, dims: ParallelDims) -> dict[str, Any]:
+    t, p = cfg.train, cfg.parallel
+    return {
+        "train_micro_batch_size_per_gpu": t.micro_batch_size,
+        "gradient_accumulation_steps": t.grad_accum_steps(dims.dp),
+        "train_batch_size": t.global_batch_size,
+        "gradient_clipping": t.grad_clip,
+        "zero_optimization": {"stage": p.zero_stage},
+        "bf16": {"enabled": p.dtype == "bf16"},
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+        "zero_allow_untested_optimizer": True,
+    }
+
+
+def init_engine(model: torch.nn.Module, optimizer, scheduler, cfg: Config, dims: ParallelDims):
+    """deepspeed.initialize with our optimizer and schedule (stepped by the engine at boundaries)."""
+    use_cpu_accelerator()
+    import deepspeed
+
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
+                                      config=ds_config(cfg, dims))
+    return engine
+
+
+def init_distributed(cfg: Config) -> ParallelDims:
+    """The process group (nccl on GPUs, gloo on CPU) and this process's place in it."""
+    use_cpu_accelerator()
+    import deepspeed
+
+    backend = cfg.parallel.backend
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    dims = ParallelDims.from_env(cfg.parallel.tp_size)
+    if torch.cuda.is_available():
+        torch.cuda.set_device(dims.local_rank)
+    deepspeed.init_distributed(dist_backend=backend)
+    return dims

@@ -1,0 +1,54 @@
+"""Compose a training run from a validated config: process group, model, checkpointing, engine,
+data, checkpoints, metrics, then the loop."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from rgpt_dist.config.experiment import Config
+from rgpt_dist.data.streaming import token_dataset, token_loader
+from rgpt_dist.parallel.checkpointing import apply_activation_checkpointing
+from rgpt_dist.parallel.zero import init_distributed, init_engine
+from rgpt_dist.registry import build_model
+from rgpt_dist.train.checkpoint import CheckpointManager
+from rgpt_dist.train.metrics import MetricsSink
+from rgpt_dist.train.optim import make_optimizer, make_scheduler
+from rgpt_dist.train.trainer import Trainer
+
+
+def _loaders(cfg: Config):
+    d, t = cfg.data, cfg.train
+    common = dict(batch_size=t.micro_batch_size, seed=t.seed, num_canonical_nodes=d.num_canonical_nodes,
+                  cache_dir=d.cache_dir or None)
+    train = token_loader(token_dataset(d.paths, d.train_split, shuffle=d.shuffle, **common), t.micro_batch_size,
+                         d.num_workers)
+    val = []
+    if cfg.eval.every_steps:  # a fixed set of validation batches, read once
+        val_iter = iter(token_loader(token_dataset(d.paths, d.val_split, shuffle=False, **common), t.micro_batch_size))
+        val = [b for _, b in zip(range(cfg.eval.batches), val_iter)]
+        if not val:
+            raise ValueError(f"{d.val_split} split has fewer than {t.micro_batch_size} samples per rank")
+    return train, val
+
+
+def train(cfg: Config) -> None:
+    dims = init_distributed(cfg)
+    run_dir = Path(cfg.log.run_dir)
+    if dims.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(cfg.to_yaml())
+    model = build_model(cfg.model, seed=cfg.train.seed)
+    apply_activation_checkpointing(model, cfg.parallel.activation_checkpointing)
+    optimizer = make_optimizer(model, cfg.train)
+    engine = init_engine(model, optimizer, make_scheduler(optimizer, cfg.train), cfg, dims)
+    train_loader, val_batches = _loaders(cfg)
+    ckpt = CheckpointManager(cfg.checkpoint.dir or run_dir / "checkpoints", cfg.checkpoint.keep_last, dims.rank)
+    sink = MetricsSink(cfg, dims.is_main)
+    trainer = Trainer(cfg, dims, engine, train_loader, val_batches, ckpt, sink)
+    try:
+        trainer.resume()
+        trainer.fit()
+    finally:
+        sink.close()
+    torch.distributed.barrier()

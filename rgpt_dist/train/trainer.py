@@ -1,0 +1,151 @@
+"""The training loop: steps, accumulation, evaluation and checkpoint cadence, resumption.
+
+Families differ only through what they return: the model's depth sampler (None for dense models),
+`ModelOutput.loss`, and `aux` (an optional `aux_loss` is added to the loss; gate statistics and exit
+losses are logged when present). No branch here names a family.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+
+from rgpt_dist.config.experiment import Config
+from rgpt_dist.flops import recompute_flops, train_flops
+from rgpt_dist.noise import NoiseKey
+from rgpt_dist.parallel.dims import ParallelDims
+from rgpt_dist.train.checkpoint import CheckpointManager
+from rgpt_dist.train.metrics import MetricsSink, peak_flops
+
+
+def _mean_across_ranks(values: list[float]) -> list[float]:
+    t = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(t)
+    return (t / dist.get_world_size()).tolist()
+
+
+class Trainer:
+    def __init__(self, cfg: Config, dims: ParallelDims, engine, train_loader, val_batches: list,
+                 ckpt: CheckpointManager, sink: MetricsSink):
+        self.cfg, self.dims, self.engine = cfg, dims, engine
+        self.model = engine.module
+        self.sampler = self.model.depth_sampler()
+        self.train_loader, self.val_batches = train_loader, val_batches
+        self.ckpt, self.sink = ckpt, sink
+        self.accum = cfg.train.grad_accum_steps(dims.dp)
+        self.step, self.tokens = 0, 0
+        self.peak, self.peak_source = peak_flops(cfg.parallel.dtype)
+        self._data: Iterator | None = None
+
+    # ---- data -------------------------------------------------------------------------------
+    def _batches(self) -> Iterator:
+        """Training micro-batches forever: one streaming epoch after another."""
+        while True:
+            yield from self.train_loader
+
+    def client_state(self) -> dict[str, Any]:
+        return {"step": self.step, "tokens": self.tokens, "loader": self.train_loader.state_dict(),
+                "config": self.cfg.to_dict()}
+
+    def resume(self) -> bool:
+        """Load the newest complete checkpoint, if resumption is on and there is one."""
+        tag = self.ckpt.newest_valid() if self.cfg.checkpoint.resume else None
+        if tag is None:
+            return False
+        state = self.ckpt.load(self.engine, tag)
+        self.step, self.tokens = state["step"], state["tokens"]
+        self.train_loader.load_state_dict(state["loader"])
+        self.sink.resume_at(self.step)
+        if self.dims.is_main:
+            print(f"resumed from {self.ckpt.dir / tag} at step {self.step}", flush=True)
+        return True
+
+    # ---- one optimizer step -----------------------------------------------------------------
+    def train_step(self) -> dict[str, Any]:
+        cfg, step = self.cfg, self.step
+        r = self.sampler(cfg.train.seed, step) if self.sampler is not None else None
+        self.engine.train()
+        losses, aux_sum = [], {}
+        for micro in range(self.accum):
+            x, y = next(self._data)
+            out = self.engine(x, y, r=r, noise_key=NoiseKey(cfg.train.seed, step, micro, self.dims.dp_rank))
+            loss = out.loss + out.aux.get("aux_loss", 0.0)
+            self.engine.backward(loss)
+            self.engine.step()
+            losses.append(out.loss.detach().float())
+            for k in ("gate_mean", "gate_std", "gate_hi", "gate_lo"):
+                if k in out.aux:
+                    aux_sum[k] = aux_sum.get(k, 0) + out.aux[k].float() / self.accum
+        record = {"step": step, "r": r, "loss": torch.stack(losses).mean().item(),
+                  "lr": self.engine.get_lr()[0], "grad_norm": float(self.engine.get_global_grad_norm() or 0.0)}
+        record.update({k: v.tolist() for k, v in aux_sum.items()})
+        return record
+
+    def _depth_agrees(self, r: int | None) -> None:
+        """Every rank must run the same depth (tensor-parallel and ZeRO-3 collectives inside the
+        forward would otherwise hang): checked with two tiny all-reduces at each log step."""
+        t = torch.tensor([-1 if r is None else r, -(-1 if r is None else r)], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        if t[0] != -t[1]:
+            raise RuntimeError(f"ranks disagree on the recurrence depth at step {self.step}: {t.tolist()}")
+
+    # ---- evaluation -------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, Any]:
+        """Validation loss at the default depth and, for depth-recurrent families, the early-exit
+        curve (loss at every depth 0..R) from the same all_exits pass."""
+        self.engine.eval()
+        exits = self.cfg.eval.early_exit and self.sampler is not None
+        losses, curves = [], []
+        for x, y in self.val_batches:
+            out = self.engine(x, y, all_exits=exits)
+            losses.append(out.loss.float().item())
+            if exits:
+                curves.append(out.aux["exit_losses"].float())
+        values = [sum(losses) / len(losses)]
+        if curves:
+            values += torch.stack(curves).mean(0).tolist()
+        values = _mean_across_ranks(values)
+        self.engine.train()
+        return {"step": self.step, "val_loss": values[0], **({"early_exit": values[1:]} if curves else {})}
+
+    # ---- the loop ---------------------------------------------------------------------------
+    def fit(self) -> None:
+        cfg = self.cfg
+        self._data = self._batches()
+        tokens_per_step = cfg.train.tokens_per_step()
+        window_t, window_steps = time.perf_counter(), 0
+        while self.step < cfg.train.max_steps:
+            record = self.train_step()
+            self.step += 1  # optimizer steps completed; records carry this number
+            self.tokens += tokens_per_step
+            record["step"] = self.step
+            window_steps += 1
+            if self.step % cfg.log.every_steps == 0 or self.step == cfg.train.max_steps:
+                self._depth_agrees(record["r"])
+                record["loss"] = _mean_across_ranks([record["loss"]])[0]
+                elapsed = time.perf_counter() - window_t
+                self._log_train(record, window_steps * tokens_per_step / elapsed)
+                window_t, window_steps = time.perf_counter(), 0
+            if cfg.eval.every_steps and (self.step % cfg.eval.every_steps == 0 or self.step == cfg.train.max_steps):
+                self._log_eval(self.evaluate())
+            if self.step % cfg.checkpoint.every_steps == 0 or self.step == cfg.train.max_steps:
+                self.ckpt.save(self.engine, self.step, self.client_state())
+
+    def _log_train(self, record: dict[str, Any], tokens_per_s: float) -> None:
+        cfg, r = self.cfg, record["r"]
+        S = cfg.train.seq_len
+        model_flops = train_flops(cfg.model, S, r) * tokens_per_s
+        hw_flops = model_flops + recompute_flops(cfg.model, S, r, cfg.parallel.activation_checkpointing) * tokens_per_s
+        record.update(tokens=self.tokens, tokens_per_s=tokens_per_s,
+                      mfu=model_flops / (self.peak * self.dims.world), hfu=hw_flops / (self.peak * self.dims.world))
+        gate = f" gate {sum(record['gate_mean']) / len(record['gate_mean']):.3f}" if record.get("gate_mean") else ""
+        self.sink.log(record, f"step {self.step:6d} | loss {record['loss']:.4f} | r {r} | lr {record['lr']:.2e} | "
+                              f"grad {record['grad_norm']:.3f} | {tokens_per_s:,.0f} tok/s | mfu {record['mfu']:.1%}{gate}")
+
+    def _log_eval(self, record: dict[str, Any]) -> None:
+        curve = record.get("early_exit")
+        table = "" if not curve else "\n" + "\n".join(f"    exit r*={k:2d}: {v:.4f}" for k, v in enumerate(curve))
+        self.sink.log(record, f"eval step {record['step']:6d} | val_loss {record['val_loss']:.4f}{table}")

@@ -1,0 +1,43 @@
+import math
+
+import pytest
+import torch
+
+from rgpt_dist.config import RecurrentGPTConfig, TrainConfig
+from rgpt_dist.models.recurrent_gpt import RecurrentGPT
+from rgpt_dist.train.optim import lr_at, make_optimizer, make_scheduler, param_groups
+
+
+def test_weight_decay_only_on_matrices():
+    model = RecurrentGPT(RecurrentGPTConfig(vocab_size=64, block_size=16, d_model=32, n_head=2))
+    decay, no_decay = param_groups(model, 0.1)
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in no_decay["params"])
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert any("gate_out.bias" in names[id(p)] for p in no_decay["params"])
+    assert any("ln_h.weight" in names[id(p)] for p in no_decay["params"])
+
+
+def test_warmup_then_cosine_to_min_lr():
+    cfg = TrainConfig(lr=6e-4, min_lr=6e-5, warmup_steps=2000, max_steps=20000)
+    assert lr_at(0, cfg) == pytest.approx(6e-4 / 2001)
+    assert lr_at(1999, cfg) == pytest.approx(6e-4 * 2000 / 2001)
+    assert lr_at(2000, cfg) == pytest.approx(6e-4)
+    assert lr_at(11000, cfg) == pytest.approx((6e-4 + 6e-5) / 2)
+    assert lr_at(20000, cfg) == pytest.approx(6e-5) and lr_at(25000, cfg) == pytest.approx(6e-5)
+    assert all(lr_at(s, cfg) >= lr_at(s + 1, cfg) for s in range(2000, 20000, 97))
+
+
+def test_scheduler_drives_the_optimizer():
+    cfg = TrainConfig(lr=1e-3, min_lr=1e-4, warmup_steps=3, max_steps=10, beta1=0.9, beta2=0.95)
+    model = torch.nn.Linear(4, 4)
+    opt = make_optimizer(model, cfg)
+    sched = make_scheduler(opt, cfg)
+    seen = []
+    for _ in range(10):
+        seen.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert seen == pytest.approx([lr_at(s, cfg) for s in range(10)])
+    assert opt.param_groups[0]["betas"] == (0.9, 0.95) and math.isclose(opt.param_groups[0]["weight_decay"], 0.1)
