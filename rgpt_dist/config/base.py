@@ -97,6 +97,11 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     }.get(tp)
     if ok is None:
         raise TypeError(f"unsupported config annotation {tp!r} at {where}")
+    if tp is float and isinstance(value, str):  # PyYAML (YAML 1.1) reads 3e-4 as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
     if not ok(value):
         raise ConfigError(f"{where}={value!r} has the wrong type (expected {_type_name(tp)})")
     return float(value) if tp is float else value

@@ -35,6 +35,26 @@ def test_experiment_yaml_with_flavour_name_and_overrides(tmp_path):
     assert isinstance(cfg.model.sigma_x, float)  # ints widen to float fields
 
 
+def test_exponent_floats_without_a_dot_are_floats(tmp_path):
+    """PyYAML reads `3e-4` as a string (YAML 1.1); float fields accept it as the number it spells."""
+    f = tmp_path / "exp.yaml"
+    f.write_text("model: gpt2-debug\ntrain:\n  lr: 3e-4\n  min_lr: 3e-5\n")
+    cfg = load_config(f, ["train.weight_decay=1e-2"])
+    assert (cfg.train.lr, cfg.train.min_lr, cfg.train.weight_decay) == (3e-4, 3e-5, 1e-2)
+    with pytest.raises(ConfigError, match="train.lr='fast' has the wrong type"):
+        load_config(f, ["train.lr=fast"])
+
+
+def test_flavour_with_field_overrides_in_yaml(tmp_path):
+    f = tmp_path / "exp.yaml"
+    f.write_text("model:\n  flavour: recurrentgpt-debug\n  n_loops: 4\n")
+    cfg = load_config(f)
+    assert cfg.model.n_loops == 4 and cfg.model.d_model == 64
+    f.write_text("model:\n  flavour: recurrentgpt-debug\n  n_layer: 4\n")
+    with pytest.raises(ConfigError, match="model.n_layer is not a field of RecurrentGPTConfig"):
+        load_config(f)
+
+
 def test_override_switches_flavour_then_refines():
     cfg = load_config(None, ["model=gpt2-debug", "model.n_layer=2"])
     assert isinstance(cfg.model, GPT2Config) and cfg.model.n_layer == 2

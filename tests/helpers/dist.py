@@ -14,7 +14,10 @@ def torchrun(module: str, nproc: int, *args: str, timeout: float = 300, env: dic
     the combined output on failure."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
            "-m", module, *args]
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(env or {})}
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled",
+                # DeepSpeed compiles its CPU communication op once; keep it with the environment
+                "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR", str(ROOT / ".venv" / "torch_extensions")),
+                **(env or {})}
     done = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise AssertionError(f"torchrun {module} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")

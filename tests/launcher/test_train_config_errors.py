@@ -1,0 +1,61 @@
+"""Bad configs fail before any process group, model or loader exists, naming field and value."""
+import time
+
+import pytest
+
+from launcher.train import main
+
+BASE = ["model=recurrentgpt-debug", "train.seq_len=32", "train.micro_batch_size=2", "train.global_batch_size=8",
+        "train.warmup_steps=1", "train.max_steps=4"]
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    from data_prep.cli import main as prep
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text("some words " * 4000)
+    assert prep([str(tmp_path / "in"), "--out", str(tmp_path / "ds"), "--seq-len", "32", "--val-fraction", "0"]) == 0
+    return tmp_path / "ds"
+
+
+CASES = [
+    (["train.global_batch_size=7"], "train.global_batch_size=7 is not a multiple of train.micro_batch_size=2"),
+    (["train.global_batch_size=6"], "train.global_batch_size=6 is not divisible by train.micro_batch_size=2 x 4 data-parallel ranks"),
+    (["parallel.zero_stage=4"], "parallel.zero_stage=4 must be 0, 1, 2 or 3"),
+    (["parallel.tp_size=2"], "parallel.tp_size=2: tensor parallelism is not available yet"),
+    (["parallel.dtype=fp16"], "parallel.dtype='fp16' is not one of ['fp32', 'bf16']"),
+    (["parallel.activation_checkpointing=all"], "parallel.activation_checkpointing='all' is not one of"),
+    (["data.paths=[/no/such/dir]"], "data.paths[0]='/no/such/dir' has no train/index.json"),
+    (["data.paths=[]"], "data.paths is empty"),
+    (["train.seq_len=64"], "holds samples of seq_len 32, but train.seq_len=64"),
+    (["train.sedd=1"], "train.sedd is not a field of TrainConfig"),
+    (["checkpoint.every_steps=0"], "checkpoint.every_steps=0 must be >= 1"),
+    (["eval.batches=0"], "eval.batches=0 must be >= 1"),
+    (["log.every_steps=0"], "log.every_steps=0 must be >= 1"),
+    (["model.n_loops=0"], "model.n_loops=0 must be >= 1"),
+    (["train.max_steps=0"], "train.max_steps=0 must be > 0"),
+]
+
+
+@pytest.mark.parametrize("overrides,message", CASES, ids=[m[:40] for _, m in CASES])
+def test_bad_config_exits_2_fast_with_a_message(overrides, message, data_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "0")
+    args = [*BASE, f"data.paths=[{data_dir}]", "eval.every_steps=0", f"log.run_dir={tmp_path / 'run'}", *overrides]
+    start = time.perf_counter()
+    assert main(["configs/experiments/quickstart.yaml", *args]) == 2
+    assert time.perf_counter() - start < 5
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_run_dir_that_is_a_file_and_messages_only_on_rank_0(data_dir, tmp_path, monkeypatch, capsys):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    args = [*BASE, f"data.paths=[{data_dir}]", "eval.every_steps=0", f"log.run_dir={tmp_path / 'file'}"]
+    assert main(["configs/experiments/quickstart.yaml", *args]) == 2
+    assert capsys.readouterr().err == ""  # rank 1 stays quiet
+    monkeypatch.setenv("RANK", "0")
+    assert main(["configs/experiments/quickstart.yaml", *args]) == 2
+    assert "exists and is not a directory" in capsys.readouterr().err
