@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.distributed as dist
 
 from rgpt_dist.config.train import TrainConfig
 
@@ -25,10 +26,38 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.lr - cfg.min_lr)
 
 
-def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+class SkipNonFiniteAdamW(torch.optim.AdamW):
+    """AdamW that skips the whole update, consistently on every rank, when any gradient is NaN/inf.
+
+    DeepSpeed calls it at the accumulation boundary after reducing (and, with ZeRO, partitioning)
+    the gradients; each rank checks the gradients it holds and one MAX all-reduce makes the decision
+    global, so parameters and optimizer states stay untouched everywhere (bf16 and fp32 have no loss
+    scaler to do this)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.last_skipped, self.skipped_total = False, 0
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        grads = [p.grad for group in self.param_groups for p in group["params"] if p.grad is not None]
+        device = grads[0].device if grads else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        bad = torch.zeros((), device=device)
+        if grads:
+            bad = (~torch.stack([torch.isfinite(g).all() for g in grads])).any().float()
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(bad, op=dist.ReduceOp.MAX)
+        self.last_skipped = bool(bad.item())
+        if self.last_skipped:
+            self.skipped_total += 1
+            return None
+        return super().step(closure)
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> SkipNonFiniteAdamW:
     """torch AdamW as DeepSpeed's client optimizer (DeepSpeed's CPU Adam would compile an op first)."""
-    return torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
-                             eps=1e-8)
+    return SkipNonFiniteAdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+                              eps=1e-8)
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.lr_scheduler.LambdaLR:

@@ -45,7 +45,7 @@ def train(cfg: Config) -> None:
     train_loader, val_batches = _loaders(cfg)
     ckpt = CheckpointManager(cfg.checkpoint.dir or run_dir / "checkpoints", cfg.checkpoint.keep_last, dims.rank)
     sink = MetricsSink(cfg, dims.is_main)
-    trainer = Trainer(cfg, dims, engine, train_loader, val_batches, ckpt, sink)
+    trainer = Trainer(cfg, dims, engine, optimizer, train_loader, val_batches, ckpt, sink)
     try:
         trainer.resume()
         trainer.fit()

@@ -6,6 +6,7 @@ losses are logged when present). No branch here names a family.
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Iterator
 
@@ -20,6 +21,20 @@ from rgpt_dist.train.checkpoint import CheckpointManager
 from rgpt_dist.train.metrics import MetricsSink, peak_flops
 
 
+class NonFiniteError(RuntimeError):
+    """Too many consecutive optimizer steps had non-finite gradients."""
+
+
+def _injected_nan(step: int, rank: int) -> bool:
+    """Fault injection for tests: RGPT_INJECT_NAN="STEP[,STEP...][@RANK]" makes that rank's loss
+    NaN at those (0-based) optimizer steps."""
+    spec = os.environ.get("RGPT_INJECT_NAN")
+    if not spec:
+        return False
+    steps, _, only = spec.partition("@")
+    return step in {int(s) for s in steps.split(",")} and (not only or int(only) == rank)
+
+
 def _mean_across_ranks(values: list[float]) -> list[float]:
     t = torch.tensor(values, dtype=torch.float64)
     dist.all_reduce(t)
@@ -27,9 +42,10 @@ def _mean_across_ranks(values: list[float]) -> list[float]:
 
 
 class Trainer:
-    def __init__(self, cfg: Config, dims: ParallelDims, engine, train_loader, val_batches: list,
+    def __init__(self, cfg: Config, dims: ParallelDims, engine, optimizer, train_loader, val_batches: list,
                  ckpt: CheckpointManager, sink: MetricsSink):
-        self.cfg, self.dims, self.engine = cfg, dims, engine
+        self.cfg, self.dims, self.engine, self.optimizer = cfg, dims, engine, optimizer
+        self.consecutive_nonfinite = 0
         self.model = engine.module
         self.sampler = self.model.depth_sampler()
         self.train_loader, self.val_batches = train_loader, val_batches
@@ -67,11 +83,14 @@ class Trainer:
         cfg, step = self.cfg, self.step
         r = self.sampler(cfg.train.seed, step) if self.sampler is not None else None
         self.engine.train()
+        skipped_before = self._skipped_total()
         losses, aux_sum = [], {}
         for micro in range(self.accum):
             x, y = next(self._data)
             out = self.engine(x, y, r=r, noise_key=NoiseKey(cfg.train.seed, step, micro, self.dims.dp_rank))
             loss = out.loss + out.aux.get("aux_loss", 0.0)
+            if _injected_nan(step, self.dims.rank):
+                loss = loss * float("nan")
             self.engine.backward(loss)
             self.engine.step()
             losses.append(out.loss.detach().float())
@@ -79,9 +98,15 @@ class Trainer:
                 if k in out.aux:
                     aux_sum[k] = aux_sum.get(k, 0) + out.aux[k].float() / self.accum
         record = {"step": step, "r": r, "loss": torch.stack(losses).mean().item(),
-                  "lr": self.engine.get_lr()[0], "grad_norm": float(self.engine.get_global_grad_norm() or 0.0)}
+                  "lr": self.engine.get_lr()[0], "grad_norm": float(self.engine.get_global_grad_norm() or 0.0),
+                  "skipped": self._skipped_total() > skipped_before, "skipped_total": self._skipped_total()}
         record.update({k: v.tolist() for k, v in aux_sum.items()})
         return record
+
+    def _skipped_total(self) -> int:
+        """Updates skipped for non-finite gradients: by DeepSpeed's ZeRO optimizers (which check
+        overflow themselves and count it in engine.skipped_steps) or by our optimizer (ZeRO-0)."""
+        return int(getattr(self.engine, "skipped_steps", 0)) + self.optimizer.skipped_total
 
     def _depth_agrees(self, r: int | None) -> None:
         """Every rank must run the same depth (tensor-parallel and ZeRO-3 collectives inside the
@@ -123,16 +148,33 @@ class Trainer:
             self.tokens += tokens_per_step
             record["step"] = self.step
             window_steps += 1
-            if self.step % cfg.log.every_steps == 0 or self.step == cfg.train.max_steps:
+            if record["skipped"] or self.step % cfg.log.every_steps == 0 or self.step == cfg.train.max_steps:
                 self._depth_agrees(record["r"])
                 record["loss"] = _mean_across_ranks([record["loss"]])[0]
                 elapsed = time.perf_counter() - window_t
                 self._log_train(record, window_steps * tokens_per_step / elapsed)
                 window_t, window_steps = time.perf_counter(), 0
+            self._check_finite(record)
             if cfg.eval.every_steps and (self.step % cfg.eval.every_steps == 0 or self.step == cfg.train.max_steps):
                 self._log_eval(self.evaluate())
             if self.step % cfg.checkpoint.every_steps == 0 or self.step == cfg.train.max_steps:
                 self.ckpt.save(self.engine, self.step, self.client_state())
+
+    def _check_finite(self, record: dict[str, Any]) -> None:
+        """A skipped step (non-finite gradients on any rank: the optimizer left the weights alone on
+        every rank) is logged at once; after train.max_nonfinite_steps in a row, save and stop."""
+        if not record["skipped"]:
+            self.consecutive_nonfinite = 0
+            return
+        self.consecutive_nonfinite += 1
+        if self.dims.is_main:
+            print(f"step {self.step:6d} | skipped: non-finite gradients ({self.consecutive_nonfinite} in a row, "
+                  f"{record['skipped_total']} in all)", flush=True)
+        if self.consecutive_nonfinite >= self.cfg.train.max_nonfinite_steps:
+            self.ckpt.save(self.engine, self.step, self.client_state())
+            raise NonFiniteError(f"{self.consecutive_nonfinite} consecutive steps had non-finite gradients "
+                                 f"(train.max_nonfinite_steps={self.cfg.train.max_nonfinite_steps}); saved "
+                                 f"step {self.step} and stopped")
 
     def _log_train(self, record: dict[str, Any], tokens_per_s: float) -> None:
         cfg, r = self.cfg, record["r"]

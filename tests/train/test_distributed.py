@@ -26,9 +26,9 @@ def dataset(tmp_path_factory):
     return out
 
 
-def train(nproc, run_dir, dataset, *overrides, timeout=600):
+def train(nproc, run_dir, dataset, *overrides, timeout=600, env=None):
     torchrun("launcher.train", nproc, "configs/experiments/quickstart.yaml", *COMMON, f"data.paths=[{dataset}]",
-             f"log.run_dir={run_dir}", *overrides, timeout=timeout)
+             f"log.run_dir={run_dir}", *overrides, timeout=timeout, env=env)
     return records(run_dir)
 
 
@@ -86,3 +86,15 @@ def test_sigkill_and_restart_reproduces_the_uninterrupted_losses_bitwise(stage, 
     assert 5 <= len(partial) < 8, "the run was not interrupted mid-training"
     resumed = losses(train(2, run, dataset, *args))
     assert resumed == full  # bitwise: JSON floats round-trip exactly
+
+
+@pytest.mark.parametrize("stage", [0, 3])  # 0: our optimizer skips; 1-3: DeepSpeed's ZeRO optimizer does
+def test_injected_nan_is_skipped_on_both_ranks_and_too_many_stop_the_run(stage, dataset, tmp_path):
+    args = [f"parallel.zero_stage={stage}", "train.max_steps=6", "checkpoint.every_steps=6", "eval.every_steps=0"]
+    recs = [r for r in train(2, tmp_path / "a", dataset, *args, env={"RGPT_INJECT_NAN": "2,3@1"}) if "loss" in r]
+    skipped = [r["step"] for r in recs if r["skipped"]]
+    assert skipped == [3, 4] and recs[-1]["skipped_total"] == 2  # 0-based steps 2 and 3, on rank 1 only
+    assert all(r["loss"] is not None for r in recs if not r["skipped"])
+    with pytest.raises(AssertionError, match="consecutive steps had non-finite gradients"):
+        train(2, tmp_path / "b", dataset, *args, "train.max_nonfinite_steps=2", env={"RGPT_INJECT_NAN": "1,2,3"})
+    assert (tmp_path / "b" / "checkpoints" / "latest").read_text() == "step_00000003"

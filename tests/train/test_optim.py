@@ -41,3 +41,13 @@ def test_scheduler_drives_the_optimizer():
         sched.step()
     assert seen == pytest.approx([lr_at(s, cfg) for s in range(10)])
     assert opt.param_groups[0]["betas"] == (0.9, 0.95) and math.isclose(opt.param_groups[0]["weight_decay"], 0.1)
+
+
+def test_a_nan_gradient_on_one_rank_skips_the_update_on_every_rank(tmp_path):
+    import json
+    from tests.helpers.dist import torchrun
+    torchrun("tests.train.skip_step", 2, str(tmp_path / "out"))
+    for rank in (0, 1):
+        got = json.loads((tmp_path / f"out.{rank}.json").read_text())
+        assert got == {"skipped": True, "unchanged": True, "state_empty": True, "second_step_applied": True,
+                       "total": 1}, rank
