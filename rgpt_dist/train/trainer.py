@@ -155,10 +155,12 @@ class Trainer:
                 self._log_train(record, window_steps * tokens_per_step / elapsed)
                 window_t, window_steps = time.perf_counter(), 0
             self._check_finite(record)
+            paused = time.perf_counter()  # evaluation and checkpoints do not count against tokens/s
             if cfg.eval.every_steps and (self.step % cfg.eval.every_steps == 0 or self.step == cfg.train.max_steps):
                 self._log_eval(self.evaluate())
             if self.step % cfg.checkpoint.every_steps == 0 or self.step == cfg.train.max_steps:
                 self.ckpt.save(self.engine, self.step, self.client_state())
+            window_t += time.perf_counter() - paused
 
     def _check_finite(self, record: dict[str, Any]) -> None:
         """A skipped step (non-finite gradients on any rank: the optimizer left the weights alone on

@@ -1,0 +1,131 @@
+"""Training-step costs on CPU: activation checkpointing, memory against depth, ranks, MFU.
+
+    .venv/bin/python benchmarks/train_throughput.py      # about 4 minutes on 2 cores (make bench sets
+                                                         # the malloc variables; see docs/performance.md)
+
+1. Step time (forward+backward, fp32, noise on) with per-recurrence checkpointing vs without,
+   interleaved A/B in one process: ratio target <= 1.15.
+2. Peak memory of one forward+backward for R in {1, 2, 4, 8, 16}, with and without checkpointing
+   (each in a fresh process; peak RSS over the post-build baseline on CPU, max_memory_allocated on
+   GPU): ratio R=16 / R=1 with checkpointing, target <= 1.25.
+3. Throughput of 2 data-parallel ranks vs 1 (DeepSpeed ZeRO-2 under torchrun, the launcher's own
+   tokens/s and MFU from metrics.jsonl).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rgpt_dist.config import RecurrentGPTConfig  # noqa: E402
+from rgpt_dist.noise import NoiseKey  # noqa: E402
+from rgpt_dist.parallel.checkpointing import apply_activation_checkpointing  # noqa: E402
+from rgpt_dist.registry import build_model  # noqa: E402
+
+SHAPE = dict(B=8, S=256)
+MODEL = dict(vocab_size=4096, block_size=256, d_model=256, n_head=4, n_pre=1, n_rec=2, n_coda=1)
+
+
+def make(r_max: int, mode: str):
+    model = build_model(RecurrentGPTConfig(n_loops=r_max, **MODEL), seed=0).train()
+    apply_activation_checkpointing(model, mode)
+    idx = torch.randint(0, MODEL["vocab_size"], (SHAPE["B"], SHAPE["S"] + 1), generator=torch.Generator().manual_seed(0))
+    return model, idx[:, :-1], idx[:, 1:]
+
+
+def fwd_bwd(model, x, y, r, step=0):
+    model.zero_grad(set_to_none=True)
+    model(x, y, r=r, noise_key=NoiseKey(seed=0, step=step)).loss.backward()
+
+
+def step_time_ratio(r: int, steps: int) -> tuple[float, float]:
+    runs = {mode: make(r, mode) for mode in ("none", "recurrence")}
+    for mode, (m, x, y) in runs.items():
+        fwd_bwd(m, x, y, r)
+    times = {"none": [], "recurrence": []}
+    for i in range(steps):
+        for mode in (("none", "recurrence") if i % 2 == 0 else ("recurrence", "none")):
+            m, x, y = runs[mode]
+            t = time.perf_counter()
+            fwd_bwd(m, x, y, r, i)
+            times[mode].append(time.perf_counter() - t)
+    return statistics.median(times["none"]), statistics.median(times["recurrence"])
+
+
+def peak_memory_child(r: int, mode: str) -> None:
+    """In a fresh process: print the peak memory of one forward+backward over the baseline."""
+    m, x, y = make(r, mode)
+    if torch.cuda.is_available():
+        m, x, y = m.cuda(), x.cuda(), y.cuda()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        fwd_bwd(m, x, y, r)
+        print(json.dumps({"peak": torch.cuda.max_memory_allocated() - base}))
+        return
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    fwd_bwd(m, x, y, r)
+    print(json.dumps({"peak": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024}))
+
+
+def peak_memory(r: int, mode: str) -> float:
+    out = subprocess.run([sys.executable, __file__, "--memory-child", str(r), mode], capture_output=True,
+                         text=True, check=True, env={**os.environ, "OMP_NUM_THREADS": "2"})
+    return json.loads(out.stdout.strip().splitlines()[-1])["peak"]
+
+
+def ranks_throughput(nproc: int, data: Path, run_dir: Path) -> dict:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           str(ROOT / "launcher" / "train.py"), str(ROOT / "configs" / "experiments" / "debug.yaml"),
+           f"data.paths=[{data}]", f"log.run_dir={run_dir}", "train.seq_len=128", "train.micro_batch_size=8",
+           "train.global_batch_size=16", "train.max_steps=30", "log.every_steps=10", "eval.every_steps=0",
+           "checkpoint.every_steps=1000"]
+    env = {**os.environ, "OMP_NUM_THREADS": str(2 // nproc), "WANDB_MODE": "disabled"}
+    subprocess.run(cmd, check=True, capture_output=True, env=env)
+    last = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()][-1]
+    return {"tokens_per_s": last["tokens_per_s"], "mfu": last["mfu"]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--memory-child", nargs=2, metavar=("R", "MODE"), help=argparse.SUPPRESS)
+    p.add_argument("--steps", type=int, default=8, help="timed steps per variant (default 8)")
+    args = p.parse_args()
+    if args.memory_child:
+        peak_memory_child(int(args.memory_child[0]), args.memory_child[1])
+        return
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, fp32, B={SHAPE['B']} S={SHAPE['S']}, "
+          f"RecurrentGPT 1+2xR+1 d=256 vocab 4096, noise on")
+    plain, ckpt = step_time_ratio(r=4, steps=args.steps)
+    print(f"1. step time R=4: no checkpointing {plain * 1e3:.0f} ms, per-recurrence {ckpt * 1e3:.0f} ms, "
+          f"ratio {ckpt / plain:.3f} (target <= 1.15)")
+    mem = {(r, mode): peak_memory(r, mode) for mode in ("none", "recurrence") for r in (1, 2, 4, 8, 16)}
+    print("2. peak memory of one step, MB:")
+    for mode in ("none", "recurrence"):
+        row = "  ".join(f"R={r}: {mem[(r, mode)] / 2**20:7.1f}" for r in (1, 2, 4, 8, 16))
+        print(f"   {mode:>10}: {row}   R16/R1 = {mem[(16, mode)] / mem[(1, mode)]:.2f}")
+    print(f"   target with checkpointing: R16/R1 <= 1.25")
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "ds"
+        subprocess.run([sys.executable, "-m", "data_prep.cli", str(ROOT / "rgpt_dist"), str(ROOT / "tests"), "--out",
+                        str(data), "--seq-len", "128"], check=True, capture_output=True, cwd=ROOT)
+        one = ranks_throughput(1, data, Path(tmp) / "r1")
+        two = ranks_throughput(2, data, Path(tmp) / "r2")
+    print(f"3. DeepSpeed ZeRO-2, recurrentgpt-debug 1+1x4+1, seq 128: 1 rank (2 threads) {one['tokens_per_s']:,.0f} tok/s"
+          f" MFU {one['mfu']:.1%}; 2 ranks (1 thread each) {two['tokens_per_s']:,.0f} tok/s MFU {two['mfu']:.1%};"
+          f" 2 ranks / 1 rank = {two['tokens_per_s'] / one['tokens_per_s']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
