@@ -6,8 +6,7 @@
 1. Step time (forward+backward, fp32, noise on) with per-recurrence checkpointing vs without,
    interleaved A/B in one process: ratio target <= 1.15.
 2. Peak memory of one forward+backward for R in {1, 2, 4, 8, 16}, with and without checkpointing
-   (each in a fresh process; peak RSS over the post-build baseline on CPU, max_memory_allocated on
-   GPU): ratio R=16 / R=1 with checkpointing, target <= 1.25.
+   (torch's MemTracker): ratio R=16 / R=1 with checkpointing, target <= 1.25.
 3. Throughput of 2 data-parallel ranks vs 1 (DeepSpeed ZeRO-2 under torchrun, the launcher's own
    tokens/s and MFU from metrics.jsonl).
 """
@@ -16,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -50,39 +48,33 @@ def fwd_bwd(model, x, y, r, step=0):
     model(x, y, r=r, noise_key=NoiseKey(seed=0, step=step)).loss.backward()
 
 
-def step_time_ratio(r: int, steps: int) -> tuple[float, float]:
-    runs = {mode: make(r, mode) for mode in ("none", "recurrence")}
-    for mode, (m, x, y) in runs.items():
+def step_times(r: int, steps: int) -> dict[str, float]:
+    """Median fwd+bwd seconds per checkpointing mode, the modes interleaved step by step."""
+    modes = ("none", "recurrence", "selective")
+    runs = {mode: make(r, mode) for mode in modes}
+    for m, x, y in runs.values():
         fwd_bwd(m, x, y, r)
-    times = {"none": [], "recurrence": []}
+    times: dict[str, list[float]] = {mode: [] for mode in modes}
     for i in range(steps):
-        for mode in (("none", "recurrence") if i % 2 == 0 else ("recurrence", "none")):
+        for mode in modes[i % 3:] + modes[:i % 3]:
             m, x, y = runs[mode]
             t = time.perf_counter()
             fwd_bwd(m, x, y, r, i)
             times[mode].append(time.perf_counter() - t)
-    return statistics.median(times["none"]), statistics.median(times["recurrence"])
-
-
-def peak_memory_child(r: int, mode: str) -> None:
-    """In a fresh process: print the peak memory of one forward+backward over the baseline."""
-    m, x, y = make(r, mode)
-    if torch.cuda.is_available():
-        m, x, y = m.cuda(), x.cuda(), y.cuda()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        fwd_bwd(m, x, y, r)
-        print(json.dumps({"peak": torch.cuda.max_memory_allocated() - base}))
-        return
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    fwd_bwd(m, x, y, r)
-    print(json.dumps({"peak": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024}))
+    return {mode: statistics.median(v) for mode, v in times.items()}
 
 
 def peak_memory(r: int, mode: str) -> float:
-    out = subprocess.run([sys.executable, __file__, "--memory-child", str(r), mode], capture_output=True,
-                         text=True, check=True, env={**os.environ, "OMP_NUM_THREADS": "2"})
-    return json.loads(out.stdout.strip().splitlines()[-1])["peak"]
+    """Peak bytes (parameters, activations, gradients, temporaries) of one forward+backward, from
+    torch's MemTracker, which follows every tensor's storage (CPU and GPU alike)."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    m, x, y = make(r, mode)
+    tracker = MemTracker()
+    tracker.track_external(m)
+    with tracker:
+        fwd_bwd(m, x, y, r)
+    return sum(dev["Total"] for dev in tracker.get_tracker_snapshot("peak").values())
 
 
 def ranks_throughput(nproc: int, data: Path, run_dir: Path) -> dict:
@@ -99,20 +91,18 @@ def ranks_throughput(nproc: int, data: Path, run_dir: Path) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--memory-child", nargs=2, metavar=("R", "MODE"), help=argparse.SUPPRESS)
     p.add_argument("--steps", type=int, default=8, help="timed steps per variant (default 8)")
     args = p.parse_args()
-    if args.memory_child:
-        peak_memory_child(int(args.memory_child[0]), args.memory_child[1])
-        return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, fp32, B={SHAPE['B']} S={SHAPE['S']}, "
           f"RecurrentGPT 1+2xR+1 d=256 vocab 4096, noise on")
-    plain, ckpt = step_time_ratio(r=4, steps=args.steps)
-    print(f"1. step time R=4: no checkpointing {plain * 1e3:.0f} ms, per-recurrence {ckpt * 1e3:.0f} ms, "
-          f"ratio {ckpt / plain:.3f} (target <= 1.15)")
-    mem = {(r, mode): peak_memory(r, mode) for mode in ("none", "recurrence") for r in (1, 2, 4, 8, 16)}
+    times = step_times(r=4, steps=args.steps)
+    print(f"1. step time R=4: " + ", ".join(f"{m} {t * 1e3:.0f} ms" for m, t in times.items()) +
+          "; ratio to none: " + ", ".join(f"{m} {t / times['none']:.3f}" for m, t in times.items() if m != "none") +
+          " (target <= 1.15)")
+    modes = ("none", "recurrence", "selective")
+    mem = {(r, mode): peak_memory(r, mode) for mode in modes for r in (1, 2, 4, 8, 16)}
     print("2. peak memory of one step, MB:")
-    for mode in ("none", "recurrence"):
+    for mode in modes:
         row = "  ".join(f"R={r}: {mem[(r, mode)] / 2**20:7.1f}" for r in (1, 2, 4, 8, 16))
         print(f"   {mode:>10}: {row}   R16/R1 = {mem[(16, mode)] / mem[(1, mode)]:.2f}")
     print(f"   target with checkpointing: R16/R1 <= 1.25")

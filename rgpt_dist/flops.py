@@ -92,7 +92,7 @@ def executed_forward_flops(cfg: ModelConfig, seq_len: int, r: float | None = Non
 def recompute_flops(cfg: ModelConfig, seq_len: int, r: float | None, mode: str) -> float:
     """Forward FLOPs per token run again in backward by activation checkpointing (`mode` as in
     parallel.activation_checkpointing); hardware utilisation counts them, MFU does not."""
-    if mode == "none":
+    if mode in ("none", "selective"):  # selective recomputes no matmul
         return 0.0
     block = 24 * cfg.d_model ** 2 + 4 * seq_len * cfg.d_model
     if not isinstance(cfg, RecurrentGPTConfig):

@@ -46,9 +46,10 @@ class ParallelConfig(Section):
     """DeepSpeed ZeRO stage: 0 (DDP-like), 1 (optimizer states), 2 (+gradients), 3 (+parameters)."""
     dtype: Literal["fp32", "bf16"] = "bf16"
     """Compute precision (bf16 mixed precision with fp32 master weights, or fp32)."""
-    activation_checkpointing: Literal["none", "recurrence", "blocks"] = "recurrence"
+    activation_checkpointing: Literal["none", "recurrence", "selective", "blocks"] = "recurrence"
     """Recompute activations in backward: none; recurrence = each step of the shared core (or each
-    block of a dense model); blocks = additionally every prelude/coda block."""
+    block of a dense model) whole; selective = the same units, keeping matmul and attention outputs
+    (less recompute, more memory); blocks = recurrence plus every prelude/coda block."""
     tp_size: int = 1
     """Tensor-parallel size (megatron-core; issue #5). 1 = no tensor parallelism."""
     backend: Literal["auto", "nccl", "gloo"] = "auto"

@@ -141,19 +141,18 @@ class Trainer:
         cfg = self.cfg
         self._data = self._batches()
         tokens_per_step = cfg.train.tokens_per_step()
-        window_t, window_steps = time.perf_counter(), 0
+        window_t, window = time.perf_counter(), [0, 0.0, 0.0]  # steps, model FLOPs, hardware FLOPs
         while self.step < cfg.train.max_steps:
             record = self.train_step()
             self.step += 1  # optimizer steps completed; records carry this number
             self.tokens += tokens_per_step
             record["step"] = self.step
-            window_steps += 1
+            window = [a + b for a, b in zip(window, (1, *self._step_flops(record["r"])))]
             if record["skipped"] or self.step % cfg.log.every_steps == 0 or self.step == cfg.train.max_steps:
                 self._depth_agrees(record["r"])
                 record["loss"] = _mean_across_ranks([record["loss"]])[0]
-                elapsed = time.perf_counter() - window_t
-                self._log_train(record, window_steps * tokens_per_step / elapsed)
-                window_t, window_steps = time.perf_counter(), 0
+                self._log_train(record, window, time.perf_counter() - window_t)
+                window_t, window = time.perf_counter(), [0, 0.0, 0.0]
             self._check_finite(record)
             paused = time.perf_counter()  # evaluation and checkpoints do not count against tokens/s
             if cfg.eval.every_steps and (self.step % cfg.eval.every_steps == 0 or self.step == cfg.train.max_steps):
@@ -178,15 +177,22 @@ class Trainer:
                                  f"(train.max_nonfinite_steps={self.cfg.train.max_nonfinite_steps}); saved "
                                  f"step {self.step} and stopped")
 
-    def _log_train(self, record: dict[str, Any], tokens_per_s: float) -> None:
-        cfg, r = self.cfg, record["r"]
-        S = cfg.train.seq_len
-        model_flops = train_flops(cfg.model, S, r) * tokens_per_s
-        hw_flops = model_flops + recompute_flops(cfg.model, S, r, cfg.parallel.activation_checkpointing) * tokens_per_s
-        record.update(tokens=self.tokens, tokens_per_s=tokens_per_s,
-                      mfu=model_flops / (self.peak * self.dims.world), hfu=hw_flops / (self.peak * self.dims.world))
+    def _step_flops(self, r: int | None) -> tuple[float, float]:
+        """(model, hardware) FLOPs of one optimizer step at the depth it actually ran: Eq. 1 training
+        FLOPs, and those plus the forward recomputed by activation checkpointing."""
+        cfg = self.cfg
+        S, tokens = cfg.train.seq_len, cfg.train.tokens_per_step()
+        model = train_flops(cfg.model, S, r) * tokens
+        return model, model + recompute_flops(cfg.model, S, r, cfg.parallel.activation_checkpointing) * tokens
+
+    def _log_train(self, record: dict[str, Any], window: list, elapsed: float) -> None:
+        steps, model_flops, hw_flops = window
+        capacity = self.peak * self.dims.world * elapsed
+        tokens_per_s = steps * self.cfg.train.tokens_per_step() / elapsed
+        record.update(tokens=self.tokens, tokens_per_s=tokens_per_s, mfu=model_flops / capacity,
+                      hfu=hw_flops / capacity)
         gate = f" gate {sum(record['gate_mean']) / len(record['gate_mean']):.3f}" if record.get("gate_mean") else ""
-        self.sink.log(record, f"step {self.step:6d} | loss {record['loss']:.4f} | r {r} | lr {record['lr']:.2e} | "
+        self.sink.log(record, f"step {self.step:6d} | loss {record['loss']:.4f} | r {record['r']} | lr {record['lr']:.2e} | "
                               f"grad {record['grad_norm']:.3f} | {tokens_per_s:,.0f} tok/s | mfu {record['mfu']:.1%}{gate}")
 
     def _log_eval(self, record: dict[str, Any]) -> None:

@@ -56,6 +56,8 @@ def test_two_ranks_match_one_rank_at_every_zero_stage(stage, dataset, reference,
     for (_, a), (_, b) in zip(got, reference):
         assert a == pytest.approx(b, rel=2e-5)
     assert reference[-1][1] < reference[0][1]  # it learns
+    recs = [r for r in records(tmp_path) if "loss" in r]
+    assert all(0 < r["mfu"] <= r["hfu"] < 1 for r in recs)  # FLOPs of the depth each step ran
     assert (tmp_path / "checkpoints" / "latest").read_text() == "step_00000005"
 
 
