@@ -54,4 +54,20 @@ def init_distributed(cfg: Config) -> ParallelDims:
     if torch.cuda.is_available():
         torch.cuda.set_device(dims.local_rank)
     deepspeed.init_distributed(dist_backend=backend)
+    _set_local_world_size()
     return dims
+
+
+def _set_local_world_size() -> None:
+    """mosaicml-streaming elects one shared-memory leader per node from LOCAL_WORLD_SIZE, which
+    torchrun sets but the deepspeed launcher (LOCAL_SIZE) and srun do not: without it every process
+    thinks it leads its node and they collide on the same shared-memory names."""
+    if "LOCAL_WORLD_SIZE" in os.environ:
+        return
+    import socket
+
+    import torch.distributed as dist
+
+    hosts = [None] * dist.get_world_size()
+    dist.all_gather_object(hosts, socket.gethostname())
+    os.environ["LOCAL_WORLD_SIZE"] = str(hosts.count(socket.gethostname()))

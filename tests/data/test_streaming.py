@@ -57,10 +57,11 @@ def test_two_ranks_read_disjoint_samples_covering_the_split(dataset, tmp_path):
     expected = all_hashes(dataset)
     n = sum(expected.values())
     assert abs(len([h for b in ranks[0] for h in b]) - len([h for b in ranks[1] for h in b])) <= 2
-    if n % 4 == 0:  # world 2 x batch 2 divides the split: exactly every sample once
+    # every sample is read; streaming pads the epoch to a multiple of the world size by repeating
+    # fewer than `world` samples, so the multiset can exceed the split by that much
+    assert not expected - seen and 0 <= sum(seen.values()) - n < 2
+    if n % 2 == 0:
         assert seen == expected
-    else:           # streaming drops the incomplete last global batch: a sub-multiset, short by < 4
-        assert not seen - expected and n - sum(seen.values()) < 4
 
 
 @pytest.mark.slow
@@ -86,7 +87,8 @@ def test_resume_on_fewer_ranks_reads_exactly_the_unread_samples(dataset, tmp_pat
     rest = collections.Counter(h for b in read(tmp_path / "run", 1)[0] for h in b)
     expected = all_hashes(dataset)
     assert sum(first.values()) == 20
-    assert first + rest == expected
+    both = first + rest  # as above, the epoch may be padded by repeating fewer than 2 samples
+    assert not expected - both and 0 <= sum(both.values()) - sum(expected.values()) < 2
 
 
 def test_a_killed_reader_does_not_poison_the_next_run(dataset):
