@@ -37,8 +37,22 @@ class Config(Section):
         out = []
         for name in ("model", "train", "data", "parallel", "checkpoint", "eval", "log"):
             out += getattr(self, name).problems(name)
+        out += self._tensor_parallel_problems()
         if self.train.seq_len > self.model.block_size:
             out.append(f"train.seq_len={self.train.seq_len} exceeds model.block_size={self.model.block_size}")
+        return out
+
+    def _tensor_parallel_problems(self) -> list[str]:
+        """Every split dimension must divide by parallel.tp_size."""
+        tp, m = self.parallel.tp_size, self.model
+        if tp <= 1:
+            return [] if tp == 1 else [f"parallel.tp_size={tp} must be >= 1"]
+        out = [f"model.{k}={v} is not divisible by parallel.tp_size={tp}" for k, v in
+               (("n_head", m.n_head), ("d_model", m.d_model)) if v % tp]
+        if m.padded_vocab_size % tp:
+            out.append(f"the padded vocabulary {m.padded_vocab_size} (model.vocab_size={m.vocab_size}, "
+                       f"model.pad_vocab_multiple={m.pad_vocab_multiple}) is not divisible by parallel.tp_size={tp}; "
+                       f"use model.pad_vocab_multiple={128 * tp}")
         return out
 
     def validate(self) -> "Config":

@@ -42,9 +42,10 @@ class LayerFactory:
         """(B, T, d) x (V, d) -> (B, T, V): the tied LM head."""
         return F.linear(h, weight)
 
-    def cross_entropy(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Mean next-token loss in fp32; targets of -1 are ignored."""
-        return F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(), ignore_index=-1)
+    def cross_entropy(self, logits: torch.Tensor, targets: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        """Mean next-token loss in fp32 over the real vocabulary (padding rows of the embedding never
+        take probability mass); targets of -1 are ignored."""
+        return F.cross_entropy(logits[..., :vocab_size].flatten(0, -2).float(), targets.flatten(), ignore_index=-1)
 
 
 @dataclasses.dataclass
@@ -141,9 +142,10 @@ class LMHead(nn.Module):
         super().__init__()
         self.ln_f = layer_norm(cfg)
         self.factory = factory
+        self.vocab_size = cfg.vocab_size
         self.wte = [wte]  # a list, so the tied weight is not registered (and counted) twice
 
     def forward(self, h: torch.Tensor, targets: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        logits = self.factory.lm_logits(self.ln_f(h), self.wte[0].weight)  # (B, T, V_padded)
-        loss = None if targets is None else self.factory.cross_entropy(logits, targets)
+        logits = self.factory.lm_logits(self.ln_f(h), self.wte[0].weight)  # (B, T, V_padded / tp)
+        loss = None if targets is None else self.factory.cross_entropy(logits, targets, self.vocab_size)
         return logits, loss

@@ -44,9 +44,10 @@ class GatedRecurrence(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg, factory, out_std) for _ in range(cfg.n_rec))
         self.ln_h = layer_norm(cfg)
         self.ln_pre = layer_norm(cfg)
-        self.gate_h = factory.linear(d, d, bias=True, parallel="none", init_std=std)     # f_g layer 1, LN(h) half
-        self.gate_pre = factory.linear(d, d, bias=False, parallel="none", init_std=std)  # f_g layer 1, LN(h_pre) half
-        self.gate_out = factory.linear(d, d, bias=True, parallel="none", init_std=std)   # f_g layer 2
+        # f_g: layer 1 (split in its LN(h) and LN(h_pre) halves) column-parallel, layer 2 row-parallel
+        self.gate_h = factory.linear(d, d, bias=True, parallel="column", init_std=std)
+        self.gate_pre = factory.linear(d, d, bias=False, parallel="column", init_std=std)
+        self.gate_out = factory.linear(d, d, bias=True, parallel="row", init_std=std)
         with torch.no_grad():
             self.gate_out.bias.fill_(cfg.gate_bias_init)
 

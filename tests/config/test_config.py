@@ -91,6 +91,10 @@ BAD = [
     (["train.sgd=1"], "train.sgd is not a field of TrainConfig"),
     (["model.ln_eps=0"], "model.ln_eps=0.0 must be > 0"),
     (["model.pad_vocab_multiple=0"], "model.pad_vocab_multiple=0 must be >= 1"),
+    (["parallel.tp_size=3"], "model.n_head=4 is not divisible by parallel.tp_size=3"),
+    (["parallel.tp_size=3"], "model.d_model=64 is not divisible by parallel.tp_size=3"),
+    (["parallel.tp_size=2"], "the padded vocabulary 50257 (model.vocab_size=50257, model.pad_vocab_multiple=1) is not divisible by parallel.tp_size=2; use model.pad_vocab_multiple=256"),
+    (["parallel.tp_size=0"], "parallel.tp_size=0 must be >= 1"),
     (["no_equals_sign"], "override 'no_equals_sign' is not of the form key=value"),
     (["model.n_loops=[1"], "value is not valid YAML"),
 ]

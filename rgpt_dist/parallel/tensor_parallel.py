@@ -1,0 +1,89 @@
+"""Tensor parallelism through the model's layer factory: megatron-core layers at tp > 1.
+
+The model files stay plain PyTorch; they ask the factory for each linear layer with the split it
+needs (attention qkv and MLP fc column-parallel, their output projections row-parallel, the gate's
+first layer column- and its second row-parallel) and for the token embedding (vocabulary-parallel).
+Layer norms, position embeddings and W_proj stay replicated. The tied LM head multiplies by the local
+vocabulary shard of the embedding, and the loss is megatron's vocabulary-parallel cross-entropy with
+the padding columns masked out.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from rgpt_dist.models.layers import LayerFactory, Parallel
+from rgpt_dist.parallel.megatron_cpu import apply_cpu_compat
+
+apply_cpu_compat()
+
+from megatron.core import parallel_state, tensor_parallel  # noqa: E402
+from megatron.core.model_parallel_config import ModelParallelConfig  # noqa: E402
+
+
+class ColumnLinear(tensor_parallel.ColumnParallelLinear):
+    """Output features sharded; returns a tensor (megatron returns (output, bias))."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x)[0]
+
+
+class RowLinear(tensor_parallel.RowParallelLinear):
+    """Input features sharded, output all-reduced (bias added after the reduction)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x)[0]
+
+
+def init_tensor_parallel(tp_size: int) -> None:
+    """megatron's process groups: consecutive ranks form a tensor-parallel group."""
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp_size)
+
+
+class TensorParallelFactory(LayerFactory):
+    """Layers for one rank of a tensor-parallel group (call init_tensor_parallel first)."""
+
+    def __init__(self, params_dtype: torch.dtype = torch.float32):
+        self.tp_size = parallel_state.get_tensor_model_parallel_world_size()
+        self.tp_rank = parallel_state.get_tensor_model_parallel_rank()
+        self.config = ModelParallelConfig(tensor_model_parallel_size=self.tp_size, use_cpu_initialization=True,
+                                          gradient_accumulation_fusion=False, params_dtype=params_dtype)
+
+    def linear(self, in_features: int, out_features: int, *, bias: bool, parallel: Parallel,
+               init_std: float) -> nn.Module:
+        init = functools.partial(nn.init.normal_, mean=0.0, std=init_std)
+        if parallel == "column":
+            return ColumnLinear(in_features, out_features, config=self.config, init_method=init, bias=bias,
+                                gather_output=False)
+        if parallel == "row":
+            return RowLinear(in_features, out_features, config=self.config, init_method=init, bias=bias,
+                             input_is_parallel=True, skip_bias_add=False)
+        return super().linear(in_features, out_features, bias=bias, parallel=parallel, init_std=init_std)
+
+    def embedding(self, num: int, dim: int, *, parallel: Parallel, init_std: float) -> nn.Module:
+        if parallel == "column":
+            init = functools.partial(nn.init.normal_, mean=0.0, std=init_std)
+            return tensor_parallel.VocabParallelEmbedding(num, dim, init_method=init, config=self.config)
+        return super().embedding(num, dim, parallel=parallel, init_std=init_std)
+
+    def lm_logits(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """(B, T, d) x local (V / tp, d) -> (B, T, V / tp); the input's gradient is all-reduced."""
+        return F.linear(tensor_parallel.copy_to_tensor_model_parallel_region(h), weight)
+
+    def cross_entropy(self, logits: torch.Tensor, targets: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        """Vocabulary-parallel cross-entropy on this rank's logit shard; padding columns (ids >=
+        vocab_size) are masked, targets of -1 ignored."""
+        shard = logits.shape[-1]
+        first = self.tp_rank * shard
+        if first + shard > vocab_size:
+            pad = torch.arange(first, first + shard, device=logits.device) >= vocab_size
+            logits = logits.masked_fill(pad, float("-inf"))
+        # megatron's cross-entropy works in place on its input: never hand it the logits we return
+        work = logits.clone() if logits.dtype == torch.float32 else logits.float()
+        valid = targets >= 0
+        losses = tensor_parallel.vocab_parallel_cross_entropy(work, targets.clamp(min=0))
+        return (losses * valid).sum() / valid.sum()
