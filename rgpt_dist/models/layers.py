@@ -1,10 +1,10 @@
 """Building blocks shared by the transformer families: the layer factory, attention, MLP, block,
-embeddings and the tied LM head. Plain PyTorch; no torch.distributed.
+embeddings and the tied LM head. Plain PyTorch: no process groups, no collective calls.
 
 Tensor parallelism is injected through `LayerFactory`: every linear layer says how it would be split
 (`column`: output features sharded, `row`: input features sharded and the output reduced, `none`:
-replicated). The default factory builds plain `nn.Linear`/`nn.Embedding`; a tensor-parallel factory
-(rgpt_dist/parallel) returns megatron-core layers with the same call signatures. Modules infer local
+replicated). The default factory builds plain `nn.Linear`/`nn.Embedding`; the tensor-parallel
+factory in rgpt_dist/parallel returns sharded layers with the same call signatures. Modules infer local
 sizes (heads, MLP width) from the layers they were given, so the same code runs sharded.
 """
 from __future__ import annotations

@@ -35,8 +35,13 @@ def _injected_nan(step: int, rank: int) -> bool:
     return step in {int(s) for s in steps.split(",")} and (not only or int(only) == rank)
 
 
+def _comm_device() -> torch.device:
+    """Where small collective tensors live: the current GPU under NCCL, the CPU under gloo."""
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
 def _mean_across_ranks(values: list[float]) -> list[float]:
-    t = torch.tensor(values, dtype=torch.float64)
+    t = torch.tensor(values, dtype=torch.float64, device=_comm_device())
     dist.all_reduce(t)
     return (t / dist.get_world_size()).tolist()
 
@@ -86,7 +91,7 @@ class Trainer:
         skipped_before = self._skipped_total()
         losses, aux_sum = [], {}
         for micro in range(self.accum):
-            x, y = next(self._data)
+            x, y = (t.to(self.engine.device, non_blocking=True) for t in next(self._data))
             out = self.engine(x, y, r=r, noise_key=NoiseKey(cfg.train.seed, step, micro, self.dims.dp_rank))
             loss = out.loss + out.aux.get("aux_loss", 0.0)
             if _injected_nan(step, self.dims.rank):
@@ -111,7 +116,7 @@ class Trainer:
     def _depth_agrees(self, r: int | None) -> None:
         """Every rank must run the same depth (tensor-parallel and ZeRO-3 collectives inside the
         forward would otherwise hang): checked with two tiny all-reduces at each log step."""
-        t = torch.tensor([-1 if r is None else r, -(-1 if r is None else r)], dtype=torch.int64)
+        t = torch.tensor([-1 if r is None else r, -(-1 if r is None else r)], dtype=torch.int64, device=_comm_device())
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         if t[0] != -t[1]:
             raise RuntimeError(f"ranks disagree on the recurrence depth at step {self.step}: {t.tolist()}")
@@ -124,7 +129,8 @@ class Trainer:
         self.engine.eval()
         exits = self.cfg.eval.early_exit and self.sampler is not None
         losses, curves = [], []
-        for x, y in self.val_batches:
+        for batch in self.val_batches:
+            x, y = (t.to(self.engine.device, non_blocking=True) for t in batch)
             out = self.engine(x, y, all_exits=exits)
             losses.append(out.loss.float().item())
             if exits:
