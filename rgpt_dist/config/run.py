@@ -59,9 +59,8 @@ class ParallelConfig(Section):
         out = []
         if self.zero_stage not in (0, 1, 2, 3):
             out.append(f"{path}.zero_stage={self.zero_stage} must be 0, 1, 2 or 3")
-        if self.tp_size > 1:
-            out.append(f"{path}.tp_size={self.tp_size}: the trainer does not run tensor parallelism yet "
-                       f"(issue #5: the layers, resharding and tp=2 equality tests exist; the mpu wiring does not)")
+        if self.tp_size > 1 and self.zero_stage == 3:
+            out.append(f"{path}.zero_stage=3 with {path}.tp_size={self.tp_size} is not supported yet (use ZeRO 1 or 2)")
         return out
 
 

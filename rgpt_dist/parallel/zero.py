@@ -32,13 +32,27 @@ def ds_config(cfg: Config, dims: ParallelDims) -> dict[str, Any]:
     }
 
 
+class MegatronMPU:
+    """What DeepSpeed's `mpu=` expects, answered by megatron's parallel_state, so that ZeRO shards
+    and reduces over the data-parallel group only."""
+
+    _ALIASES = {"get_model_parallel_rank": "get_tensor_model_parallel_rank",
+                "get_model_parallel_world_size": "get_tensor_model_parallel_world_size",
+                "get_model_parallel_group": "get_tensor_model_parallel_group"}
+
+    def __getattr__(self, name: str):
+        from megatron.core import parallel_state
+
+        return getattr(parallel_state, self._ALIASES.get(name, name))
+
+
 def init_engine(model: torch.nn.Module, optimizer, scheduler, cfg: Config, dims: ParallelDims):
     """deepspeed.initialize with our optimizer and schedule (stepped by the engine at boundaries)."""
     use_cpu_accelerator()
     import deepspeed
 
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
-                                      config=ds_config(cfg, dims))
+                                      config=ds_config(cfg, dims), mpu=MegatronMPU() if dims.tp > 1 else None)
     return engine
 
 

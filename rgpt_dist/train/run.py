@@ -9,6 +9,7 @@ import torch
 from rgpt_dist.config.experiment import Config
 from rgpt_dist.data.streaming import token_dataset, token_loader
 from rgpt_dist.parallel.checkpointing import apply_activation_checkpointing
+from rgpt_dist.parallel.dims import ParallelDims
 from rgpt_dist.parallel.zero import init_distributed, init_engine
 from rgpt_dist.registry import build_model
 from rgpt_dist.train.checkpoint import CheckpointManager
@@ -17,10 +18,12 @@ from rgpt_dist.train.optim import make_optimizer, make_scheduler
 from rgpt_dist.train.trainer import Trainer
 
 
-def _loaders(cfg: Config):
+def _loaders(cfg: Config, dims: ParallelDims):
+    """Every rank reads; with tp > 1 streaming's `replication` gives the tp ranks of a replica the
+    same samples."""
     d, t = cfg.data, cfg.train
     common = dict(batch_size=t.micro_batch_size, seed=t.seed, num_canonical_nodes=d.num_canonical_nodes,
-                  cache_dir=d.cache_dir or None)
+                  cache_dir=d.cache_dir or None, replication=dims.tp if dims.tp > 1 else None)
     train = token_loader(token_dataset(d.paths, d.train_split, shuffle=d.shuffle, **common), t.micro_batch_size,
                          d.num_workers)
     val = []
@@ -32,6 +35,18 @@ def _loaders(cfg: Config):
     return train, val
 
 
+def shard_model(full: torch.nn.Module, cfg: Config, dims: ParallelDims) -> torch.nn.Module:
+    """The tensor-parallel model for this rank, initialised by splitting the full (tp = 1) one, so a
+    run starts from the same weights whatever its tp size."""
+    from rgpt_dist.parallel.reshard import split_state_dict, tp_layout
+    from rgpt_dist.parallel.tensor_parallel import TensorParallelFactory, init_tensor_parallel
+
+    init_tensor_parallel(dims.tp)
+    model = build_model(cfg.model, factory=TensorParallelFactory())
+    model.load_state_dict(split_state_dict(full.state_dict(), tp_layout(model), dims.rank % dims.tp, dims.tp))
+    return model
+
+
 def train(cfg: Config) -> None:
     dims = init_distributed(cfg)
     run_dir = Path(cfg.log.run_dir)
@@ -39,10 +54,12 @@ def train(cfg: Config) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(cfg.to_yaml())
     model = build_model(cfg.model, seed=cfg.train.seed)
+    if dims.tp > 1:
+        model = shard_model(model, cfg, dims)
     apply_activation_checkpointing(model, cfg.parallel.activation_checkpointing)
     optimizer = make_optimizer(model, cfg.train)
     engine = init_engine(model, optimizer, make_scheduler(optimizer, cfg.train), cfg, dims)
-    train_loader, val_batches = _loaders(cfg)
+    train_loader, val_batches = _loaders(cfg, dims)
     ckpt = CheckpointManager(cfg.checkpoint.dir or run_dir / "checkpoints", cfg.checkpoint.keep_last, dims.rank)
     sink = MetricsSink(cfg, dims.is_main)
     trainer = Trainer(cfg, dims, engine, optimizer, train_loader, val_batches, ckpt, sink)

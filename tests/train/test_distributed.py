@@ -74,9 +74,10 @@ def _kill_after(run_dir, step, cmd, env):
     proc.wait()
 
 
-@pytest.mark.parametrize("stage", [0, 3])
-def test_sigkill_and_restart_reproduces_the_uninterrupted_losses_bitwise(stage, dataset, tmp_path):
-    args = [f"parallel.zero_stage={stage}", "train.max_steps=8", "checkpoint.every_steps=3", "eval.every_steps=0"]
+@pytest.mark.parametrize("stage,tp", [(0, 1), (3, 1), (2, 2)], ids=["zero0", "zero3", "zero2-tp2"])
+def test_sigkill_and_restart_reproduces_the_uninterrupted_losses_bitwise(stage, tp, dataset, tmp_path):
+    args = [f"parallel.zero_stage={stage}", "train.max_steps=8", "checkpoint.every_steps=3", "eval.every_steps=0",
+            f"parallel.tp_size={tp}", "model.pad_vocab_multiple=256"]
     full = losses(train(2, tmp_path / "full", dataset, *args))
     run = tmp_path / "killed"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "launcher.train",
@@ -130,3 +131,21 @@ def test_deepspeed_launcher_and_bf16(dataset, tmp_path):
     recs = records(tmp_path)
     assert [r["step"] for r in recs if "loss" in r] == [1, 2, 3]
     assert all(0 < r["loss"] < 20 for r in recs if "loss" in r) and recs[-1]["val_loss"] > 0
+
+
+TP = ["model.pad_vocab_multiple=256", "train.max_steps=5", "eval.every_steps=5", "checkpoint.every_steps=5"]
+
+
+@pytest.fixture(scope="module")
+def dp2_reference(dataset, tmp_path_factory):
+    """tp = 1 x dp = 2, noise on: what tp = 2 x dp = 2 must reproduce (same replicas, same noise keys)."""
+    return losses(train(2, tmp_path_factory.mktemp("dp2"), dataset, "parallel.zero_stage=1", *TP))
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_tp2_x_dp2_reproduces_tp1_x_dp2(stage, dataset, dp2_reference, tmp_path):
+    got = losses(train(4, tmp_path, dataset, "parallel.tp_size=2", f"parallel.zero_stage={stage}", *TP))
+    assert [s for s, _ in got] == [s for s, _ in dp2_reference] == [1, 2, 3, 4, 5]
+    for (_, a), (_, b) in zip(got, dp2_reference):
+        assert a == pytest.approx(b, rel=1e-5)
+    assert (tmp_path / "checkpoints" / "latest").read_text() == "step_00000005"
