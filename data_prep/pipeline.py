@@ -262,14 +262,12 @@ def run(opts: PrepOptions) -> int:
     pool = mp.get_context("fork").Pool(opts.workers, _init_worker, (opts.vocab,)) if opts.workers > 1 else None
     if pool is None:
         _init_worker(opts.vocab)
-    report = Report()
-    parts, progress = [], _Progress(False)
+    report, parts, progress = Report(), [], _Progress(opts.progress)
     try:
         files = discover(opts.inputs, report)
         staging = out.with_name(out.name + ".partial")
         _prepare_staging(staging, _fingerprint(files, opts), opts.resume)
         parts_plan = plan_parts(files, opts.part_mb * 2**20)
-        progress = _Progress(opts.progress)
         for i, part_files in enumerate(parts_plan):
             record_file = staging / "parts" / f"part-{i:05d}.json"
             if record_file.exists():

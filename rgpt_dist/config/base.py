@@ -133,6 +133,12 @@ def from_dict(cls: type[Section], data: dict[str, Any], path: str = "") -> Secti
     return cls(**kwargs)
 
 
+def out_of_bounds(path: str, op: str, limit: float, **values: float) -> list[str]:
+    """One message per value failing `value <op> limit` (op: '>' or '>='), e.g. 'train.lr=0.0 must be > 0'."""
+    ok = {">": lambda v: v > limit, ">=": lambda v: v >= limit}[op]
+    return [f"{path}.{k}={v!r} must be {op} {limit}" for k, v in values.items() if not ok(v)]
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """`a.b.c=value` -> (['a','b','c'], value); the value is parsed as YAML (`4`, `0.1`, `true`, `[1,2]`)."""
     if "=" not in text:
@@ -197,5 +203,5 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-__all__ = ["ConfigError", "Section", "from_dict", "parse_override", "apply_overrides", "read_yaml",
+__all__ = ["ConfigError", "Section", "from_dict", "out_of_bounds", "parse_override", "apply_overrides", "read_yaml",
            "field_docs"]

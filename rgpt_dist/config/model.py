@@ -4,15 +4,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar, Literal
 
-from rgpt_dist.config.base import Section
-
-
-def _positive(path: str, **values: int | float) -> list[str]:
-    return [f"{path}.{k}={v!r} must be > 0" for k, v in values.items() if not v > 0]
-
-
-def _non_negative(path: str, **values: int | float) -> list[str]:
-    return [f"{path}.{k}={v!r} must be >= 0" for k, v in values.items() if not v >= 0]
+from rgpt_dist.config.base import Section, out_of_bounds
 
 
 @dataclasses.dataclass
@@ -55,10 +47,9 @@ class ModelConfig(Section):
         return self.d_model // self.n_head
 
     def problems(self, path: str) -> list[str]:
-        out = _positive(path, vocab_size=self.vocab_size, block_size=self.block_size, d_model=self.d_model,
+        out = out_of_bounds(path, ">", 0, vocab_size=self.vocab_size, block_size=self.block_size, d_model=self.d_model,
                         n_head=self.n_head, ln_eps=self.ln_eps, init_std=self.init_std)
-        if self.pad_vocab_multiple < 1:
-            out.append(f"{path}.pad_vocab_multiple={self.pad_vocab_multiple} must be >= 1")
+        out += out_of_bounds(path, ">=", 1, pad_vocab_multiple=self.pad_vocab_multiple)
         if self.n_head > 0 and self.d_model % self.n_head:
             out.append(f"{path}.d_model={self.d_model} is not divisible by {path}.n_head={self.n_head}")
         return out
@@ -74,7 +65,7 @@ class GPT2Config(ModelConfig):
     """Transformer blocks."""
 
     def problems(self, path: str) -> list[str]:
-        return super().problems(path) + _positive(path, n_layer=self.n_layer)
+        return super().problems(path) + out_of_bounds(path, ">", 0, n_layer=self.n_layer)
 
 
 @dataclasses.dataclass
@@ -107,8 +98,8 @@ class RecurrentGPTConfig(ModelConfig):
 
     def problems(self, path: str) -> list[str]:
         out = super().problems(path)
-        out += _positive(path, n_rec=self.n_rec, tau=self.tau)
-        out += _non_negative(path, n_pre=self.n_pre, n_coda=self.n_coda, sigma_x=self.sigma_x,
+        out += out_of_bounds(path, ">", 0, n_rec=self.n_rec, tau=self.tau)
+        out += out_of_bounds(path, ">=", 0, n_pre=self.n_pre, n_coda=self.n_coda, sigma_x=self.sigma_x,
                              sigma_g=self.sigma_g)
         if self.n_loops < 1:
             out.append(f"{path}.n_loops={self.n_loops} must be >= 1 (R is the maximum recurrence depth)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from rgpt_dist.config.base import Section
+from rgpt_dist.config.base import Section, out_of_bounds
 
 
 @dataclasses.dataclass
@@ -31,11 +31,8 @@ class DataConfig(Section):
         out = []
         if not self.paths:
             out.append(f"{path}.paths is empty: give at least one rgpt-prep output")
-        if self.num_canonical_nodes < 1:
-            out.append(f"{path}.num_canonical_nodes={self.num_canonical_nodes} must be >= 1")
-        if self.num_workers < 0:
-            out.append(f"{path}.num_workers={self.num_workers} must be >= 0")
-        return out
+        out += out_of_bounds(path, ">=", 1, num_canonical_nodes=self.num_canonical_nodes)
+        return out + out_of_bounds(path, ">=", 0, num_workers=self.num_workers)
 
 
 @dataclasses.dataclass
@@ -78,9 +75,7 @@ class CheckpointConfig(Section):
     """Resume from the newest complete, verified checkpoint in `dir` when there is one."""
 
     def problems(self, path: str) -> list[str]:
-        out = [f"{path}.{k}={v} must be >= 1" for k, v in (("every_steps", self.every_steps),
-                                                           ("keep_last", self.keep_last)) if v < 1]
-        return out
+        return out_of_bounds(path, ">=", 1, every_steps=self.every_steps, keep_last=self.keep_last)
 
 
 @dataclasses.dataclass
@@ -95,12 +90,8 @@ class EvalConfig(Section):
     """Also report the loss at every depth 0..R from one all_exits pass (recurrent families)."""
 
     def problems(self, path: str) -> list[str]:
-        out = []
-        if self.every_steps < 0:
-            out.append(f"{path}.every_steps={self.every_steps} must be >= 0")
-        if self.batches < 1:
-            out.append(f"{path}.batches={self.batches} must be >= 1")
-        return out
+        return (out_of_bounds(path, ">=", 0, every_steps=self.every_steps)
+                + out_of_bounds(path, ">=", 1, batches=self.batches))
 
 
 @dataclasses.dataclass
@@ -122,6 +113,4 @@ class LogConfig(Section):
         out = []
         if not self.run_dir:
             out.append(f"{path}.run_dir is empty")
-        if self.every_steps < 1:
-            out.append(f"{path}.every_steps={self.every_steps} must be >= 1")
-        return out
+        return out + out_of_bounds(path, ">=", 1, every_steps=self.every_steps)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from rgpt_dist.config.base import Section
+from rgpt_dist.config.base import Section, out_of_bounds
 
 
 @dataclasses.dataclass
@@ -40,12 +40,11 @@ class TrainConfig(Section):
     rank) after which the run saves and stops."""
 
     def problems(self, path: str) -> list[str]:
-        out = [f"{path}.{k}={v!r} must be > 0" for k, v in dict(
-            seq_len=self.seq_len, micro_batch_size=self.micro_batch_size, global_batch_size=self.global_batch_size,
-            max_steps=self.max_steps, lr=self.lr, max_nonfinite_steps=self.max_nonfinite_steps).items() if not v > 0]
-        out += [f"{path}.{k}={v!r} must be >= 0" for k, v in dict(
-            min_lr=self.min_lr, warmup_steps=self.warmup_steps, weight_decay=self.weight_decay,
-            grad_clip=self.grad_clip).items() if not v >= 0]
+        out = out_of_bounds(path, ">", 0, seq_len=self.seq_len, micro_batch_size=self.micro_batch_size,
+                            global_batch_size=self.global_batch_size, max_steps=self.max_steps, lr=self.lr,
+                            max_nonfinite_steps=self.max_nonfinite_steps)
+        out += out_of_bounds(path, ">=", 0, min_lr=self.min_lr, warmup_steps=self.warmup_steps,
+                             weight_decay=self.weight_decay, grad_clip=self.grad_clip)
         if self.min_lr > self.lr:
             out.append(f"{path}.min_lr={self.min_lr} must not exceed {path}.lr={self.lr}")
         if self.micro_batch_size > 0 and self.global_batch_size % self.micro_batch_size:
