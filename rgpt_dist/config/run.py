@@ -56,8 +56,6 @@ class ParallelConfig(Section):
         out = []
         if self.zero_stage not in (0, 1, 2, 3):
             out.append(f"{path}.zero_stage={self.zero_stage} must be 0, 1, 2 or 3")
-        if self.tp_size > 1 and self.zero_stage == 3:
-            out.append(f"{path}.zero_stage=3 with {path}.tp_size={self.tp_size} is not supported yet (use ZeRO 1 or 2)")
         return out
 
 

@@ -3,7 +3,8 @@ embeddings and the tied LM head. Plain PyTorch: no process groups, no collective
 
 Tensor parallelism is injected through `LayerFactory`: every linear layer says how it would be split
 (`column`: output features sharded, `row`: input features sharded and the output reduced, `none`:
-replicated). The default factory builds plain `nn.Linear`/`nn.Embedding`; the tensor-parallel
+replicated). A row-parallel layer normally reads the sharded output of a column-parallel one;
+`input_is_parallel=False` says its input is replicated, and each rank then reads its own slice. The default factory builds plain `nn.Linear`/`nn.Embedding`; the tensor-parallel
 factory in rgpt_dist/parallel returns sharded layers with the same call signatures. Modules infer local
 sizes (heads, MLP width) from the layers they were given, so the same code runs sharded.
 """
@@ -26,7 +27,7 @@ class LayerFactory:
     tp_size: int = 1
 
     def linear(self, in_features: int, out_features: int, *, bias: bool, parallel: Parallel,
-               init_std: float) -> nn.Module:
+               init_std: float, input_is_parallel: bool = True) -> nn.Module:
         layer = nn.Linear(in_features, out_features, bias=bias)
         nn.init.normal_(layer.weight, mean=0.0, std=init_std)
         if bias:

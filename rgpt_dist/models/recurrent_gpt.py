@@ -39,8 +39,10 @@ class GatedRecurrence(nn.Module):
         super().__init__()
         d, std = cfg.d_model, cfg.init_std
         self.sigma_x, self.sigma_g, self.tau = cfg.sigma_x, cfg.sigma_g, cfg.tau
-        self.proj_h = factory.linear(d, d, bias=False, parallel="none", init_std=std)    # W_proj[:, :d]
-        self.proj_pre = factory.linear(d, d, bias=False, parallel="none", init_std=std)  # W_proj[:, d:]
+        # W_proj [h, h_pre] as two d x d halves, row-parallel: each tp rank reads its slice of the
+        # replicated input and the partial products are summed across ranks
+        self.proj_h = factory.linear(d, d, bias=False, parallel="row", input_is_parallel=False, init_std=std)
+        self.proj_pre = factory.linear(d, d, bias=False, parallel="row", input_is_parallel=False, init_std=std)
         self.blocks = nn.ModuleList(Block(cfg, factory, out_std) for _ in range(cfg.n_rec))
         self.ln_h = layer_norm(cfg)
         self.ln_pre = layer_norm(cfg)

@@ -2,8 +2,8 @@
 
 The model files stay plain PyTorch; they ask the factory for each linear layer with the split it
 needs (attention qkv and MLP fc column-parallel, their output projections row-parallel, the gate's
-first layer column- and its second row-parallel) and for the token embedding (vocabulary-parallel).
-Layer norms, position embeddings and W_proj stay replicated. The tied LM head multiplies by the local
+first layer column- and its second row-parallel, W_proj row-parallel on its replicated input) and for
+the token embedding (vocabulary-parallel). Layer norms and position embeddings stay replicated. The tied LM head multiplies by the local
 vocabulary shard of the embedding, and the loss is megatron's vocabulary-parallel cross-entropy with
 the padding columns masked out.
 """
@@ -54,14 +54,14 @@ class TensorParallelFactory(LayerFactory):
                                           gradient_accumulation_fusion=False, params_dtype=params_dtype)
 
     def linear(self, in_features: int, out_features: int, *, bias: bool, parallel: Parallel,
-               init_std: float) -> nn.Module:
+               init_std: float, input_is_parallel: bool = True) -> nn.Module:
         init = functools.partial(nn.init.normal_, mean=0.0, std=init_std)
         if parallel == "column":
             return ColumnLinear(in_features, out_features, config=self.config, init_method=init, bias=bias,
                                 gather_output=False)
         if parallel == "row":
             return RowLinear(in_features, out_features, config=self.config, init_method=init, bias=bias,
-                             input_is_parallel=True, skip_bias_add=False)
+                             input_is_parallel=input_is_parallel, skip_bias_add=False)
         return super().linear(in_features, out_features, bias=bias, parallel=parallel, init_std=init_std)
 
     def embedding(self, num: int, dim: int, *, parallel: Parallel, init_std: float) -> nn.Module:

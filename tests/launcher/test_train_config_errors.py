@@ -22,7 +22,6 @@ CASES = [
     (["train.global_batch_size=7"], "train.global_batch_size=7 is not a multiple of train.micro_batch_size=2"),
     (["train.global_batch_size=6"], "train.global_batch_size=6 is not divisible by train.micro_batch_size=2 x 4 data-parallel ranks"),
     (["parallel.zero_stage=4"], "parallel.zero_stage=4 must be 0, 1, 2 or 3"),
-    (["parallel.tp_size=2", "model.pad_vocab_multiple=256", "parallel.zero_stage=3"], "parallel.zero_stage=3 with parallel.tp_size=2 is not supported yet"),
     (["parallel.dtype=fp16"], "parallel.dtype='fp16' is not one of ['fp32', 'bf16']"),
     (["parallel.activation_checkpointing=all"], "parallel.activation_checkpointing='all' is not one of"),
     (["data.paths=[/no/such/dir]"], "data.paths[0]='/no/such/dir' has no train/index.json"),

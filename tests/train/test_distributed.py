@@ -74,7 +74,7 @@ def _kill_after(run_dir, step, cmd, env):
     proc.wait()
 
 
-@pytest.mark.parametrize("stage,tp", [(0, 1), (3, 1), (2, 2)], ids=["zero0", "zero3", "zero2-tp2"])
+@pytest.mark.parametrize("stage,tp", [(0, 1), (3, 1), (2, 2), (3, 2)], ids=["zero0", "zero3", "zero2-tp2", "zero3-tp2"])
 def test_sigkill_and_restart_reproduces_the_uninterrupted_losses_bitwise(stage, tp, dataset, tmp_path):
     args = [f"parallel.zero_stage={stage}", "train.max_steps=8", "checkpoint.every_steps=3", "eval.every_steps=0",
             f"parallel.tp_size={tp}", "model.pad_vocab_multiple=256"]
@@ -142,7 +142,7 @@ def dp2_reference(dataset, tmp_path_factory):
     return losses(train(2, tmp_path_factory.mktemp("dp2"), dataset, "parallel.zero_stage=1", *TP))
 
 
-@pytest.mark.parametrize("stage", [1, 2])
+@pytest.mark.parametrize("stage", [1, 2, 3])
 def test_tp2_x_dp2_reproduces_tp1_x_dp2(stage, dataset, dp2_reference, tmp_path):
     got = losses(train(4, tmp_path, dataset, "parallel.tp_size=2", f"parallel.zero_stage={stage}", *TP))
     assert [s for s, _ in got] == [s for s, _ in dp2_reference] == [1, 2, 3, 4, 5]
