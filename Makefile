@@ -43,6 +43,7 @@ bench: vocab
 	$(PY) benchmarks/model_throughput.py
 	$(PY) benchmarks/data_throughput.py
 	$(CPU_ENV) $(PY) benchmarks/train_throughput.py
+	$(CPU_ENV) $(PY) benchmarks/tensor_parallel.py
 
 configs: venv
 	$(PY) -c "from rgpt_dist.config.flavours import write_yaml; write_yaml('configs/models')"
