@@ -7,7 +7,7 @@ import torch.distributed as dist
 
 from rgpt_dist.config import GPT2Config, RecurrentGPTConfig
 from rgpt_dist.noise import NoiseKey
-from rgpt_dist.parallel.reshard import merge_state_dicts, split_state_dict, tp_layout
+from rgpt_dist.parallel.reshard import layout_for, merge_state_dicts, split_state_dict, tp_layout
 from rgpt_dist.parallel.tensor_parallel import TensorParallelFactory, init_tensor_parallel
 from rgpt_dist.registry import build_model
 
@@ -21,6 +21,7 @@ def compare(cfg, rank, tp, **kwargs):
             p.add_(torch.randn_like(p) * 0.02)
     model = build_model(cfg, factory=TensorParallelFactory())
     layout = tp_layout(model)
+    assert layout_for(cfg) == layout, "the layout read off megatron layers differs from the model's requests"
     model.load_state_dict(split_state_dict(ref.state_dict(), layout, rank, tp))
     g = torch.Generator().manual_seed(1)
     idx = torch.randint(0, cfg.vocab_size, (2, 17), generator=g)

@@ -9,35 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.dist import ROOT, torchrun
+from tests.helpers.dist import ROOT
+from tests.helpers.runs import COMMON, losses, prepare_dataset, records, train
 
 pytestmark = pytest.mark.slow
 
-COMMON = ["model.n_loops=4", "model.r_min=1", "train.seq_len=32", "train.micro_batch_size=2",
-          "train.global_batch_size=8", "train.warmup_steps=2", "train.lr=3e-3", "parallel.dtype=fp32",
-          "parallel.activation_checkpointing=recurrence", "log.every_steps=1", "log.wandb=disabled"]
-
-
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    from data_prep.cli import main as prep
-    out = tmp_path_factory.mktemp("train") / "ds"
-    assert prep([str(ROOT / "rgpt_dist"), "--out", str(out), "--seq-len", "32", "--val-fraction", "0.3"]) == 0
-    return out
-
-
-def train(nproc, run_dir, dataset, *overrides, timeout=600, env=None):
-    torchrun("launcher.train", nproc, "configs/experiments/quickstart.yaml", *COMMON, f"data.paths=[{dataset}]",
-             f"log.run_dir={run_dir}", *overrides, timeout=timeout, env=env)
-    return records(run_dir)
-
-
-def records(run_dir):
-    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
-
-
-def losses(recs):
-    return [(r["step"], r["loss"]) for r in recs if "loss" in r]
+    return prepare_dataset(tmp_path_factory.mktemp("train") / "ds")
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,1 @@
+"""Export of trained checkpoints: consolidation and Hugging Face directories."""

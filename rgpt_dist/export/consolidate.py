@@ -1,0 +1,120 @@
+"""A training checkpoint -> one full-precision, tp = 1 state dict and the run's config.
+
+Checkpoints are DeepSpeed tag directories (rgpt_dist.train.checkpoint): per tensor-parallel rank t a
+`*mp_rank_{t:02d}_model_states.pt` (module weights in the training dtype, the client state with the
+resolved config) and, under ZeRO 1-3 or bf16, one `*_optim_states.pt` per data-parallel rank holding
+a flat shard of the fp32 master weights. Consolidation takes the fp32 masters where they exist (through
+DeepSpeed's own zero_to_fp32 reader, one tensor-parallel rank at a time, since that reader assumes a
+single model-parallel rank) and the module weights otherwise, then merges the tp shards with the
+layout the model definition requests (rgpt_dist.parallel.reshard).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import torch
+
+from rgpt_dist.config import Config, from_dict
+from rgpt_dist.parallel.reshard import layout_for, merge_state_dicts
+from rgpt_dist.train.checkpoint import TAG_PREFIX, verify
+
+
+class ExportError(RuntimeError):
+    """A checkpoint that cannot be exported, with the reason."""
+
+
+@dataclasses.dataclass
+class Consolidated:
+    state_dict: dict[str, torch.Tensor]  # full tp = 1 names and shapes, fp32
+    config: Config
+    step: int
+    tag_dir: Path
+    source: str  # "fp32 master weights (ZeRO-n)" or "module weights (dtype)"
+
+
+def find_tag_dir(path: str | Path) -> Path:
+    """A run directory, a checkpoint directory or a tag directory -> the tag directory to export:
+    the newest complete, verified one (an explicitly named tag must itself verify)."""
+    path = Path(path)
+    if not path.exists():
+        raise ExportError(f"{path} does not exist")
+    if path.name.startswith(TAG_PREFIX):
+        candidates = [path]
+    else:
+        root = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+        candidates = sorted((p for p in root.iterdir() if p.is_dir() and p.name.startswith(TAG_PREFIX)), reverse=True)
+        if not candidates:
+            raise ExportError(f"no checkpoint ({TAG_PREFIX}*) under {root}")
+    problems = []
+    for tag_dir in candidates:
+        problem = verify(tag_dir)
+        if problem is None:
+            return tag_dir
+        problems.append(f"{tag_dir.name}: {problem}")
+    raise ExportError(f"no complete checkpoint to export: {'; '.join(problems)}")
+
+
+def _mp_files(tag_dir: Path, tp_rank: int, kind: str) -> list[Path]:
+    pattern = re.compile(rf"(^|_)mp_rank_{tp_rank:02d}_{kind}\.pt$")
+    return sorted(p for p in tag_dir.iterdir() if pattern.search(p.name))
+
+
+def _load(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def _fp32_masters(tag_dir: Path, tp_rank: int) -> dict[str, torch.Tensor] | None:
+    """DeepSpeed's zero_to_fp32 over this tensor-parallel rank's files only (it globs a directory,
+    so they are linked into a private one); None when the checkpoint holds no ZeRO/bf16 partitions."""
+    optim = _mp_files(tag_dir, tp_rank, "optim_states")
+    if not optim:
+        return None
+    from deepspeed.utils import zero_to_fp32
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for f in optim + _mp_files(tag_dir, tp_rank, "model_states"):
+            os.symlink(f.resolve(), Path(tmp) / f.name)
+        with contextlib.redirect_stdout(io.StringIO()):  # it prints progress
+            state = zero_to_fp32._get_fp32_state_dict_from_zero_checkpoint(tmp, exclude_frozen_parameters=False)
+        return {k: v.detach().float().clone() for k, v in zero_to_fp32.to_torch_tensor(state).items()}
+
+
+def _rank_state(tag_dir: Path, tp_rank: int) -> tuple[dict[str, torch.Tensor], dict, str]:
+    model_files = _mp_files(tag_dir, tp_rank, "model_states")
+    if not model_files:
+        raise ExportError(f"{tag_dir} has no model states for tensor-parallel rank {tp_rank}")
+    first = _load(model_files[0])
+    masters = _fp32_masters(tag_dir, tp_rank)
+    if masters is not None:
+        return masters, first, "fp32 master weights"
+    module = {k: v.float() for k, v in first["module"].items()}
+    dtypes = sorted({str(v.dtype).removeprefix("torch.") for v in first["module"].values()})
+    return module, first, f"module weights ({', '.join(dtypes)})"
+
+
+def consolidate(path: str | Path) -> Consolidated:
+    """The newest complete checkpoint under `path` as a full fp32 state dict for the tp = 1 model."""
+    tag_dir = find_tag_dir(path)
+    state, client, source = _rank_state(tag_dir, 0)
+    if "config" not in client:
+        raise ExportError(f"{tag_dir} holds no run config (not written by rgpt-dist's trainer?)")
+    cfg = from_dict(Config, client["config"])
+    tp = cfg.parallel.tp_size
+    shards = [state] + [_rank_state(tag_dir, t)[0] for t in range(1, tp)]
+    layout = layout_for(cfg.model)
+    unknown = sorted(set(shards[0]) - set(layout))
+    if unknown:
+        raise ExportError(f"{tag_dir} holds parameters the {cfg.model.family} model does not have: {unknown[:3]}")
+    try:
+        full = merge_state_dicts(shards, layout) if tp > 1 else {k: shards[0][k] for k in layout}
+    except KeyError as e:
+        raise ExportError(f"{tag_dir} lacks parameters of the {cfg.model.family} model: {e}") from None
+    stage = cfg.parallel.zero_stage
+    return Consolidated(full, cfg, int(client.get("step", 0)), tag_dir,
+                        f"{source} (ZeRO-{stage}, tp={tp}, {cfg.parallel.dtype})")

@@ -1,0 +1,66 @@
+"""A training checkpoint -> an export directory, written whole or not at all:
+
+    OUT/native/   model.safetensors + config.json (rgpt-dist's own format, rgpt_dist.export.native)
+    OUT/hf/       a Hugging Face model directory with the GPT-2 tokenizer files:
+                  dense GPT-2 as a native GPT2LMHeadModel, RecurrentGPT as trust_remote_code
+    OUT/export.json  where it came from (checkpoint, step, weights source, checksum record)
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+from rgpt_dist.export.consolidate import ExportError, consolidate
+from rgpt_dist.export.native import write_native
+from rgpt_dist.export.tokenizer_files import write_tokenizer
+
+# family -> its Hugging Face writer: write(state_dict, cfg, out_dir, *, dtype, **inference settings)
+HF_WRITERS = {"gpt2": "rgpt_dist.export.hf_dense:write_hf_gpt2",
+              "recurrent_gpt": "rgpt_dist.export.hf_recurrent_writer:write_hf_recurrent"}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def _hf_writer(family: str):
+    if family not in HF_WRITERS:
+        raise ExportError(f"no Hugging Face export for model family {family!r} (known: {', '.join(HF_WRITERS)})")
+    module, name = HF_WRITERS[family].split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def export(checkpoint: str | Path, out: str | Path, *, overwrite: bool = False, dtype: str = "fp32",
+           inference: dict | None = None) -> Path:
+    """Consolidate the newest complete checkpoint under `checkpoint` and write OUT (see module doc).
+    `inference`: settings the HF config carries for the family (RecurrentGPT: r_eval, kv_strategy)."""
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise ExportError(f"{out} exists: pass --overwrite to replace it")
+    if dtype not in DTYPES:
+        raise ExportError(f"dtype={dtype!r} is not one of {sorted(DTYPES)}")
+    c = consolidate(checkpoint)
+    from rgpt_dist.registry import build_model
+
+    with torch.device("meta"):  # shapes and names must match the model definition exactly
+        build_model(c.config.model).load_state_dict(c.state_dict, strict=True, assign=True)
+    meta = {"checkpoint": str(c.tag_dir.resolve()), "step": c.step, "weights": c.source,
+            "checksums_sha256": hashlib.sha256((c.tag_dir / "checksums.json").read_bytes()).hexdigest()}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        write_native(c.state_dict, c.config.model, tmp / "native", DTYPES[dtype], meta)
+        _hf_writer(c.config.model.family)(c.state_dict, c.config.model, tmp / "hf", dtype=DTYPES[dtype],
+                                          **(inference or {}))
+        write_tokenizer(tmp / "hf", model_max_length=c.config.model.block_size)
+        (tmp / "export.json").write_text(json.dumps({**meta, "dtype": dtype, "inference": inference or {}}, indent=2))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out

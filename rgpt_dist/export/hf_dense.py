@@ -1,0 +1,59 @@
+"""The dense model as a native `transformers.GPT2LMHeadModel` directory (no remote code)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from rgpt_dist.config import GPT2Config
+
+
+def to_hf_state_dict(sd: dict[str, torch.Tensor], cfg: GPT2Config) -> dict[str, torch.Tensor]:
+    """The inverse of rgpt_dist.models.gpt2.from_hf_state_dict: linear weights transposed into GPT-2's
+    Conv1D layout, qkv from [head, (q|k|v), hd] back to [(q|k|v), head, hd], the vocabulary padding
+    rows dropped, and zero biases where the model has none (GPT-2 always has them)."""
+    n_head, d = cfg.n_head, cfg.d_model
+
+    def qkv_to_hf(t: torch.Tensor) -> torch.Tensor:
+        return t.view(n_head, 3, d // n_head, *t.shape[1:]).transpose(0, 1).reshape(3 * d, *t.shape[1:])
+
+    def bias(key: str, size: int) -> torch.Tensor:
+        return sd[key] if key in sd else torch.zeros(size, dtype=sd["embed.wte.weight"].dtype)
+
+    out = {"transformer.wte.weight": sd["embed.wte.weight"][:cfg.vocab_size],
+           "transformer.wpe.weight": sd["embed.wpe.weight"],
+           "transformer.ln_f.weight": sd["head.ln_f.weight"], "transformer.ln_f.bias": bias("head.ln_f.bias", d)}
+    for i in range(cfg.n_layer):
+        src, dst = f"blocks.{i}.", f"transformer.h.{i}."
+        for ln in ("ln_1", "ln_2"):
+            out[dst + f"{ln}.weight"] = sd[src + f"{ln}.weight"]
+            out[dst + f"{ln}.bias"] = bias(src + f"{ln}.bias", d)
+        out[dst + "attn.c_attn.weight"] = qkv_to_hf(sd[src + "attn.qkv.weight"]).t()
+        out[dst + "attn.c_attn.bias"] = qkv_to_hf(bias(src + "attn.qkv.bias", 3 * d))
+        for mine, theirs, width in (("attn.proj", "attn.c_proj", d), ("mlp.fc", "mlp.c_fc", 4 * d),
+                                    ("mlp.proj", "mlp.c_proj", d)):
+            out[dst + f"{theirs}.weight"] = sd[src + f"{mine}.weight"].t()
+            out[dst + f"{theirs}.bias"] = bias(src + f"{mine}.bias", width)
+    return {k: v.contiguous() for k, v in out.items()}
+
+
+def write_hf_gpt2(sd: dict[str, torch.Tensor], cfg: GPT2Config, out_dir: Path, *, dtype: torch.dtype,
+                  **inference) -> None:
+    """config.json + model.safetensors loadable by GPT2LMHeadModel / AutoModelForCausalLM."""
+    if inference:
+        raise ValueError(f"the dense model has no inference settings ({', '.join(sorted(inference))} given)")
+    from transformers import GPT2Config as HFGPT2Config
+    from transformers import GPT2LMHeadModel
+
+    hf_cfg = HFGPT2Config(vocab_size=cfg.vocab_size, n_positions=cfg.block_size, n_embd=cfg.d_model,
+                          n_layer=cfg.n_layer, n_head=cfg.n_head, layer_norm_epsilon=cfg.ln_eps,
+                          activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                          bos_token_id=50256, eos_token_id=50256, tie_word_embeddings=True,
+                          torch_dtype=str(dtype).removeprefix("torch."))
+    model = GPT2LMHeadModel(hf_cfg)
+    state = {k: v.to(dtype) for k, v in to_hf_state_dict(sd, cfg).items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    # the attention's causal-mask buffers and the tied lm_head are the only keys not in `state`
+    if unexpected or [k for k in missing if k != "lm_head.weight"]:
+        raise RuntimeError(f"GPT-2 conversion mismatch: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    model.to(dtype).save_pretrained(out_dir, safe_serialization=True)

@@ -1,0 +1,42 @@
+"""The project's own export format: `model.safetensors` (full tp = 1 parameter names) and
+`config.json` (the model section, the training step and where the weights came from). Loading it
+needs only rgpt_dist; rgpt-eval reads it, or a training checkpoint directly."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from rgpt_dist.config import ModelConfig, from_dict
+
+FORMAT = "rgpt-dist/native/1"
+
+
+def write_native(sd: dict[str, torch.Tensor], cfg: ModelConfig, out_dir: Path, dtype: torch.dtype,
+                 meta: dict) -> None:
+    from safetensors.torch import save_file
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.to(dtype).contiguous() for k, v in sd.items()}, str(out_dir / "model.safetensors"),
+              metadata={"format": FORMAT})
+    record = {"format": FORMAT, "model": cfg.to_dict(), "dtype": str(dtype).removeprefix("torch."), **meta}
+    (out_dir / "config.json").write_text(json.dumps(record, indent=2) + "\n")
+
+
+def load_native(path: str | Path, dtype: torch.dtype = torch.float32) -> tuple[torch.nn.Module, dict]:
+    """(model in eval mode, the config.json record) from a native export directory."""
+    from safetensors.torch import load_file
+
+    from rgpt_dist.registry import build_model
+
+    path = Path(path)
+    record = json.loads((path / "config.json").read_text())
+    if record.get("format") != FORMAT:
+        raise ValueError(f"{path}/config.json is not an rgpt-dist native export (format {record.get('format')!r})")
+    cfg = from_dict(ModelConfig, record["model"])
+    with torch.device("meta"):
+        model = build_model(cfg)
+    sd = load_file(str(path / "model.safetensors"))
+    model.load_state_dict({k: v.to(dtype) for k, v in sd.items()}, strict=True, assign=True)
+    return model.eval(), record

@@ -1,0 +1,153 @@
+"""rgpt-export on real checkpoints written by the trainer under torchrun (ZeRO 0/2/3, tp = 2, bf16)."""
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from rgpt_dist.config import load_config
+from rgpt_dist.export.consolidate import ExportError, consolidate
+from rgpt_dist.export.native import load_native
+from rgpt_dist.registry import build_model
+from tests.helpers.dist import ROOT
+from tests.helpers.runs import prepare_dataset, train
+
+pytestmark = pytest.mark.slow
+
+# lr so small that AdamW moves a weight by at most ~1e-30 (a zero bias becomes +-1e-30, a 0.02 weight
+# cannot change at all): the checkpoint must hold the seeded init up to that
+FROZEN = ["train.lr=1e-30", "train.min_lr=0", "train.max_steps=2", "checkpoint.every_steps=2", "eval.every_steps=0"]
+TRAINED = ["train.max_steps=4", "checkpoint.every_steps=4", "eval.every_steps=0"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """name -> run directory of a finished short run."""
+    root = tmp_path_factory.mktemp("export")
+    data = prepare_dataset(root / "ds")
+    layouts = {
+        "zero3": (2, ["parallel.zero_stage=3", *FROZEN]),
+        "tp2-bf16": (2, ["parallel.tp_size=2", "model.pad_vocab_multiple=256", "parallel.zero_stage=2",
+                         "parallel.dtype=bf16", *FROZEN]),
+        "zero2-trained": (2, ["parallel.zero_stage=2", *TRAINED]),
+        "zero0-trained": (1, ["parallel.zero_stage=0", *TRAINED]),
+        "bf16-trained": (1, ["parallel.zero_stage=2", "parallel.dtype=bf16", *TRAINED]),
+        "dense": (1, ["model=gpt2-debug", "parallel.zero_stage=1", *TRAINED]),
+    }
+    out = {}
+    for name, (nproc, overrides) in layouts.items():
+        out[name] = root / name
+        train(nproc, out[name], data, *overrides)
+    return out
+
+
+def initial_weights(run_dir):
+    cfg = load_config(run_dir / "config.yaml")
+    return build_model(cfg.model, seed=cfg.train.seed).state_dict()
+
+
+@pytest.mark.parametrize("name", ["zero3", "tp2-bf16"])
+def test_sharded_checkpoints_consolidate_to_the_full_model_bitwise(runs, name):
+    """ZeRO-3 partitions and tp = 2 shards (bf16 training: the fp32 masters) merge back into the
+    tp = 1 model the run started from (a misplaced shard would differ by ~0.02, the lr moves 1e-30).
+    Under bf16 DeepSpeed builds the fp32 masters from the bf16-cast model: the start is the
+    seeded init rounded to bf16."""
+    c = consolidate(runs[name])
+    expected = initial_weights(runs[name])
+    if "bf16" in name:
+        expected = {k: v.bfloat16().float() for k, v in expected.items()}
+    assert c.step == 2 and "fp32 master" in c.source
+    assert set(c.state_dict) == set(expected)
+    for k, v in expected.items():
+        assert c.state_dict[k].dtype == torch.float32 and (c.state_dict[k] - v).abs().max() < 1e-28, k
+
+
+@pytest.mark.parametrize("name", ["zero2-trained", "zero0-trained"])
+def test_consolidated_weights_are_what_the_engine_held(runs, name):
+    """The module weights DeepSpeed saved with the checkpoint (fp32, or bf16 = the masters rounded)
+    agree with the consolidated ones after training steps."""
+    c = consolidate(runs[name])
+    assert c.step == 4
+    module = torch.load(next(c.tag_dir.glob("mp_rank_00_model_states.pt")), weights_only=False)["module"]
+    init = initial_weights(runs[name])
+    moved = 0
+    for k, v in module.items():
+        assert torch.equal(v.float(), c.state_dict[k]), k
+        moved += not torch.equal(v.float(), init[k])
+    assert moved > len(module) // 2, "training did not move the weights: the test would be vacuous"
+
+
+def test_bf16_export_takes_the_fp32_masters(runs):
+    """After bf16 training steps the consolidated weights are DeepSpeed's fp32 masters: finer than
+    bf16, and rounding them gives the bf16 module weights saved beside them."""
+    c = consolidate(runs["bf16-trained"])
+    module = torch.load(c.tag_dir / "mp_rank_00_model_states.pt", weights_only=False)["module"]
+    finer = 0
+    for k, v in module.items():
+        assert v.dtype == torch.bfloat16 and torch.equal(c.state_dict[k].bfloat16(), v), k
+        finer += not torch.equal(c.state_dict[k], v.float())
+    assert finer > len(module) // 2
+
+
+def export_cli(*args):
+    return subprocess.run([sys.executable, "-m", "launcher.export", *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, env={"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+
+
+def test_cli_writes_native_and_hf_and_refuses_to_overwrite(runs, tmp_path):
+    out = tmp_path / "exp"
+    done = export_cli(runs["zero3"], out)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["export.json", "hf", "native"]
+    record = json.loads((out / "export.json").read_text())
+    assert record["step"] == 2 and "ZeRO-3" in record["weights"]
+    model, meta = load_native(out / "native")
+    assert meta["step"] == 2
+    expected = initial_weights(runs["zero3"])
+    assert all((model.state_dict()[k] - v).abs().max() < 1e-28 for k, v in expected.items())
+    again = export_cli(runs["zero3"], out)
+    assert again.returncode == 2 and "--overwrite" in again.stderr
+    assert export_cli(runs["zero3"], out, "--overwrite").returncode == 0
+    assert not list(tmp_path.glob(".exp.partial-*"))
+
+
+def test_dense_export_is_a_native_gpt2(runs, tmp_path):
+    """The dense model loads as transformers' GPT2LMHeadModel (no remote code) with the same logits and
+    loss, and its tokenizer matches tiktoken's GPT-2 encoding."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2LMHeadModel
+
+    from rgpt_dist.data.tokenizer import get_encoding
+
+    out = tmp_path / "dense"
+    assert export_cli(runs["dense"], out).returncode == 0
+    native, _ = load_native(out / "native")
+    hf = AutoModelForCausalLM.from_pretrained(out / "hf").eval()
+    assert isinstance(hf, GPT2LMHeadModel)
+    text = "def export(checkpoint, out):\n    return consolidate(checkpoint)  # naïve ✓\n"
+    ids = torch.tensor([get_encoding().encode_ordinary(text)])
+    assert AutoTokenizer.from_pretrained(out / "hf")(text, return_tensors="pt")["input_ids"].equal(ids)
+    with torch.no_grad():
+        mine = native(ids[:, :-1], ids[:, 1:])
+        theirs = hf(ids, labels=ids)  # HF shifts the labels inside
+    vocab = native.cfg.vocab_size
+    assert (mine.logits[..., :vocab] - theirs.logits[:, :-1]).abs().max() < 1e-5
+    assert abs(mine.loss.item() - theirs.loss.item()) < 1e-5
+
+
+def test_incomplete_and_corrupted_checkpoints_are_refused(runs, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(runs["zero0-trained"], run)
+    tag = next((run / "checkpoints").glob("step_*"))
+    model_file = tag / "mp_rank_00_model_states.pt"
+    model_file.write_bytes(model_file.read_bytes()[:-10] + b"0123456789")
+    done = export_cli(run, tmp_path / "out")
+    assert done.returncode == 2 and "corrupted" in done.stderr and "mp_rank_00_model_states.pt" in done.stderr
+    (tag / "checksums.json").unlink()
+    done = export_cli(run, tmp_path / "out")
+    assert done.returncode == 2 and "incomplete" in done.stderr
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ExportError, match="does not exist"):
+        consolidate(tmp_path / "nowhere")
