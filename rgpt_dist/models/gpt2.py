@@ -2,6 +2,8 @@
 
     idx (B, T) -> wte + wpe -> n_layer pre-norm blocks -> LN -> tied head -> logits (B, T, V)
 
+With a KV cache (`make_cache`, inference), idx holds only the tokens after the cached ones.
+
 Initialisation follows GPT-2: N(0, 0.02) weights, zero biases, residual output projections scaled
 by 1/sqrt(2 * n_layer).
 """
@@ -11,6 +13,7 @@ import torch
 import torch.nn as nn
 
 from rgpt_dist.config.model import GPT2Config
+from rgpt_dist.models.kv_cache import KVCache
 from rgpt_dist.models.layers import Block, Embeddings, LayerFactory, LMHead, ModelOutput, residual_std
 
 
@@ -34,16 +37,30 @@ class GPT2(nn.Module):
         """Modules whose activations are recomputed in backward: every block (any mode)."""
         return list(self.blocks)
 
+    def make_cache(self, strategy: str = "full", r: int | None = None) -> KVCache:
+        """An empty KV cache for `forward(..., cache=)`: one ordinary K/V cache per block. The
+        strategy only concerns shared blocks, which a dense model has none of (any known one gives
+        the same cache); r must be None."""
+        if r is not None:
+            raise ValueError("GPT2 has no recurrence depth: r is not supported")
+        return KVCache(self.cfg.n_layer, strategy=strategy, block_size=self.cfg.block_size)
+
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, r: int | None = None,
-                all_exits: bool = False, noise_key: object = None) -> ModelOutput:
+                all_exits: bool = False, noise_key: object = None, cache: KVCache | None = None) -> ModelOutput:
         """idx, targets: (B, T) token ids. `r`, `all_exits` and `noise_key` exist for a uniform
-        interface across families; a dense model has no recurrence and no noise."""
+        interface across families; a dense model has no recurrence and no noise. cache: from
+        `make_cache`, holding the tokens before idx (inference only); idx is appended to it."""
         if r is not None or all_exits:
             raise ValueError("GPT2 has no recurrence depth: r and all_exits are not supported")
-        h = self.embed(idx)                 # (B, T, d)
-        for block in self.blocks:
-            h = block(h)
+        T = idx.shape[1]
+        past = 0 if cache is None else cache.begin(T, r, self.training)
+        caches = [None] * len(self.blocks) if cache is None else cache.layers
+        h = self.embed(idx, past)           # (B, T, d)
+        for block, layer_cache in zip(self.blocks, caches):
+            h = block(h, layer_cache)
         logits, loss = self.head(h, targets)
+        if cache is not None:
+            cache.end(T)
         return ModelOutput(loss=loss, logits=logits)
 
 

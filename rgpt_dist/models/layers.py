@@ -18,6 +18,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from rgpt_dist.models.kv_cache import LayerCache
+
 Parallel = Literal["column", "row", "none"]
 
 
@@ -83,11 +85,22 @@ class CausalSelfAttention(nn.Module):
         self.qkv = factory.linear(d, 3 * d, bias=cfg.bias, parallel="column", init_std=cfg.init_std)
         self.proj = factory.linear(d, d, bias=cfg.bias, parallel="row", init_std=out_std)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
+        """x: (B, T, d), the new tokens. cache: their past's K/V (rgpt_dist.models.kv_cache), which
+        `update` extends with theirs; None attends within x only."""
         B, T, _ = x.shape
         qkv = self.qkv(x).view(B, T, -1, 3, self.head_dim)          # (B, T, H_local, 3, hd)
         q, k, v = qkv.permute(3, 0, 2, 1, 4).unbind(0)                # each (B, H_local, T, hd)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H_local, T, hd)
+        if cache is not None:
+            k, v = cache.update(k, v)                                 # each (B, H_local, P + T, hd)
+        past = k.shape[2] - T
+        if past == 0:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # query t sits at position past + t and sees keys 0..past + t (is_causal would align
+            # top-left); a single new token sees every key, so it needs no mask (and keeps fast kernels)
+            mask = None if T == 1 else \
+                torch.arange(T, device=x.device)[:, None] + past >= torch.arange(past + T, device=x.device)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H_local, T, hd)
         return self.proj(y.transpose(1, 2).reshape(B, T, -1))         # (B, T, d)
 
 
@@ -114,8 +127,8 @@ class Block(nn.Module):
         self.ln_2 = layer_norm(cfg)
         self.mlp = MLP(cfg, factory, out_std)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
+    def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), cache)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -128,11 +141,12 @@ class Embeddings(nn.Module):
         self.wte = factory.embedding(cfg.padded_vocab_size, cfg.d_model, parallel="column", init_std=cfg.init_std)
         self.wpe = factory.embedding(cfg.block_size, cfg.d_model, parallel="none", init_std=cfg.init_std)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """idx: (B, T) tokens at positions start..start + T - 1 (start > 0 after cached tokens)."""
         T = idx.shape[1]
-        if T > self.block_size:
-            raise ValueError(f"sequence length {T} exceeds block_size={self.block_size}")
-        pos = torch.arange(T, device=idx.device)
+        if start + T > self.block_size:
+            raise ValueError(f"sequence length {start + T} exceeds block_size={self.block_size}")
+        pos = torch.arange(start, start + T, device=idx.device)
         return self.wte(idx) + self.wpe(pos)
 
 

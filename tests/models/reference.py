@@ -69,3 +69,92 @@ def recurrent_gpt_logits(sd, cfg, idx, r, noise=None):
         h = block(h, sd, f"coda.{i}.", cfg.n_head, eps)
     h = layer_norm(h, sd["head.ln_f.weight"], sd["head.ln_f.bias"], eps)
     return h @ sd["embed.wte.weight"].T
+
+
+# --- Incremental decoding with K/V caches (SPEC section 5), written out naively -----------------
+
+
+def attention_with_past(x, sd, p, n_head, past):
+    """x (B, T, d): new tokens after P cached ones. past: (K, V) each (B, n_head, P, hd), or None.
+    Returns (output (B, T, d), (k_new, v_new) each (B, n_head, T, hd)). Query t (position P + t)
+    sees keys 0..P + t."""
+    B, T, d = x.shape
+    hd = d // n_head
+    qkv = x @ sd[p + "qkv.weight"].T + sd[p + "qkv.bias"]
+    P = 0 if past is None else past[0].shape[2]
+    allowed = torch.tensor([[j <= P + t for j in range(P + T)] for t in range(T)])
+    heads, ks, vs = [], [], []
+    for h in range(n_head):
+        base = h * 3 * hd
+        q, k, v = (qkv[..., base + j * hd: base + (j + 1) * hd] for j in range(3))  # (B, T, hd)
+        ks.append(k)
+        vs.append(v)
+        k_all = k if past is None else torch.cat([past[0][:, h], k], dim=1)  # (B, P + T, hd)
+        v_all = v if past is None else torch.cat([past[1][:, h], v], dim=1)
+        scores = (q @ k_all.transpose(-1, -2) / math.sqrt(hd)).masked_fill(~allowed, float("-inf"))
+        heads.append(torch.softmax(scores, dim=-1) @ v_all)
+    y = torch.cat(heads, dim=-1) @ sd[p + "proj.weight"].T + sd[p + "proj.bias"]
+    return y, (torch.stack(ks, dim=1), torch.stack(vs, dim=1))
+
+
+def block_with_past(x, sd, p, n_head, eps, past):
+    a, kv = attention_with_past(layer_norm(x, sd[p + "ln_1.weight"], sd[p + "ln_1.bias"], eps), sd, p + "attn.",
+                                n_head, past)
+    x = x + a
+    m = layer_norm(x, sd[p + "ln_2.weight"], sd[p + "ln_2.bias"], eps)
+    m = gelu_tanh(m @ sd[p + "mlp.fc.weight"].T + sd[p + "mlp.fc.bias"])
+    return x + m @ sd[p + "mlp.proj.weight"].T + sd[p + "mlp.proj.bias"], kv
+
+
+def _gate(sd, h, h_pre, tau, eps):
+    z = torch.cat([layer_norm(h, sd["recurrence.ln_h.weight"], sd["recurrence.ln_h.bias"], eps),
+                   layer_norm(h_pre, sd["recurrence.ln_pre.weight"], sd["recurrence.ln_pre.bias"], eps)], -1)
+    w_fc = torch.cat([sd["recurrence.gate_h.weight"], sd["recurrence.gate_pre.weight"]], dim=1)  # (d, 2d)
+    a = z @ w_fc.T + sd["recurrence.gate_h.bias"]
+    a = a * torch.sigmoid(a)
+    return torch.sigmoid((a @ sd["recurrence.gate_out.weight"].T + sd["recurrence.gate_out.bias"]) / tau)
+
+
+def recurrent_gpt_cached_logits(sd, cfg, chunks, r, strategy):
+    """Feeds the token chunks (each (B, T_c)) one call at a time, keeping a dict of stored K/V per
+    layer: every step's K/V of each core block for 'full'; otherwise one entry per core block whose
+    new rows are, after the call, the step-0 ('first'), step-(r-1) ('last') or step-mean ('average')
+    K/V. Returns the logits of every call."""
+    eps, store, pos, out = cfg.ln_eps, {}, 0, []
+
+    def run(name, x, p):
+        return block_with_past(x, sd, p, cfg.n_head, eps, store.get(name))
+
+    def append(name, kv):
+        store[name] = kv if name not in store else tuple(torch.cat([a, b], dim=2) for a, b in zip(store[name], kv))
+
+    for idx in chunks:
+        T = idx.shape[1]
+        h = sd["embed.wte.weight"][idx] + sd["embed.wpe.weight"][pos:pos + T]
+        for i in range(cfg.n_pre):
+            h, kv = run(f"pre{i}", h, f"prelude.{i}.")
+            append(f"pre{i}", kv)
+        h_pre, per_step = h, {j: [] for j in range(cfg.n_rec)}
+        w_proj = torch.cat([sd["recurrence.proj_h.weight"], sd["recurrence.proj_pre.weight"]], dim=1)
+        for step in range(r):
+            o = torch.cat([h, h_pre], dim=-1) @ w_proj.T
+            for j in range(cfg.n_rec):
+                name = f"core{step}.{j}" if strategy == "full" else f"core{j}"
+                o, kv = run(name, o, f"recurrence.blocks.{j}.")
+                per_step[j].append(kv)
+            g = _gate(sd, h, h_pre, cfg.tau, eps)
+            h = g * h + (1 - g) * o
+        pick = {"first": lambda s: s[0], "last": lambda s: s[-1], "average": lambda s: torch.stack(s).mean(0)}
+        for j in range(cfg.n_rec if r > 0 else 0):
+            if strategy == "full":
+                for step in range(r):
+                    append(f"core{step}.{j}", per_step[j][step])
+            else:  # per_step[j]: r (k, v) pairs -> one (k, v)
+                append(f"core{j}", tuple(pick[strategy]([kv[n] for kv in per_step[j]]) for n in range(2)))
+        for i in range(cfg.n_coda):
+            h, kv = run(f"coda{i}", h, f"coda.{i}.")
+            append(f"coda{i}", kv)
+        h = layer_norm(h, sd["head.ln_f.weight"], sd["head.ln_f.bias"], eps)
+        out.append(h @ sd["embed.wte.weight"].T)
+        pos += T
+    return out

@@ -1,0 +1,162 @@
+"""K/V caches for incremental decoding (SPEC section 5, paper Fig. 7 and Tables 3-4). Plain PyTorch.
+
+Every attention layer takes an optional per-layer cache with `update(k, v) -> (k_all, v_all)`:
+k, v are the new tokens' keys and values, (B, H_local, T_new, head_dim), and k_all, v_all are the
+keys and values the new tokens attend to, (B, H_local, P + T_new, head_dim), past first. H_local is
+whatever the layer's (possibly tensor-parallel) qkv projection produced, so the cache never needs
+the head count.
+
+Non-shared blocks (GPT-2's blocks, RecurrentGPT's prelude and coda) append to a `LayerCache`.
+The shared core blocks of RecurrentGPT, run r times per forward, use one of four strategies:
+
+    full     one LayerCache per (recurrence step, core block): exact, r x the core's memory
+    first    one CompressedLayerCache per core block, storing each token's step-0 K/V
+    last     ... storing each token's step-(r-1) K/V
+    average  ... storing each token's mean K/V over the r steps (summed in fp32, or fp64 for fp64)
+
+With a compressed cache, the new tokens of a forward attend at step i to [past tokens' stored
+K/V, their own exact step-i K/V]; the stored entry for the new tokens is appended only when the
+forward ends (`KVCache.end`). A prompt prefilled in one call therefore attends exactly within
+itself; only later tokens see compressed history.
+
+Storage is appended with torch.cat, so every held tensor owns exactly its storage and `nbytes()`
+is what is allocated. A cache is made for one depth r (`model.make_cache(strategy, r)`) and every
+forward on it must use that r.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+STRATEGIES = ("full", "first", "last", "average")
+
+
+def _append(past: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
+    """past (B, H, P, hd) + new (B, H, T, hd) -> a fresh contiguous (B, H, P + T, hd). A copy also
+    when past is None: new is usually a strided view of the whole qkv output, which it would pin."""
+    if past is None:
+        return new.clone(memory_format=torch.contiguous_format)
+    return torch.cat([past, new], dim=2)
+
+
+class LayerCache:
+    """An ordinary per-layer cache: every token's K/V, appended as tokens arrive."""
+
+    def __init__(self):
+        self.k: torch.Tensor | None = None  # (B, H_local, length, head_dim)
+        self.v: torch.Tensor | None = None
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.k, self.v = _append(self.k, k), _append(self.v, v)
+        return self.k, self.v
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [t for t in (self.k, self.v) if t is not None]
+
+
+class CompressedLayerCache(LayerCache):
+    """One shared core block's cache under `first`, `last` or `average`: one K/V per token for all
+    steps. `update` is called once per recurrence step of a forward; `commit` at its end appends the
+    new tokens' compressed K/V."""
+
+    def __init__(self, strategy: str):
+        super().__init__()
+        self.strategy = strategy
+        self._pending: tuple[torch.Tensor, torch.Tensor] | None = None  # this forward's new K/V so far
+        self._steps = 0
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.strategy == "average":  # running sum in >= fp32, divided by the step count at commit
+            acc = torch.promote_types(k.dtype, torch.float32)
+            k_acc, v_acc = k.to(acc), v.to(acc)
+            self._pending = (k_acc, v_acc) if self._pending is None else \
+                (self._pending[0] + k_acc, self._pending[1] + v_acc)
+        elif self.strategy == "last" or self._pending is None:
+            self._pending = (k, v)
+        self._steps, self._dtype = self._steps + 1, k.dtype
+        if self.k is None:
+            return k, v
+        return torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
+
+    def commit(self) -> None:
+        """Appends the new tokens' stored K/V and resets for the next forward."""
+        if self._pending is None:
+            return
+        k, v = self._pending
+        if self.strategy == "average":
+            k, v = (k / self._steps).to(self._dtype), (v / self._steps).to(self._dtype)
+        super().update(k, v)
+        self._pending, self._steps = None, 0
+
+
+class KVCache:
+    """A model's whole cache: `layers` for the non-shared blocks in execution order (GPT-2's blocks,
+    or RecurrentGPT's prelude then coda) and `core` for the shared core blocks.
+
+    Protocol for a forward on T_new tokens: `past = cache.begin(T_new, r, training)` (validates,
+    changes nothing), attention layers call `update` on `layers[j]` / `core_step(i)[j]`, then
+    `cache.end(T_new)` commits compressed entries and advances `length`.
+    """
+
+    def __init__(self, n_layers: int, n_core: int = 0, strategy: str = "full", r: int | None = None,
+                 block_size: int | None = None):
+        if strategy not in STRATEGIES:
+            raise ValueError(f"unknown KV-cache strategy {strategy!r}; expected one of {STRATEGIES}")
+        self.strategy, self.r, self.block_size = strategy, r, block_size
+        self.length = 0
+        self.layers = [LayerCache() for _ in range(n_layers)]
+        steps = (r or 0) if strategy == "full" else min(r or 0, 1)
+        make = LayerCache if strategy == "full" else (lambda: CompressedLayerCache(strategy))
+        self.core = [[make() for _ in range(n_core)] for _ in range(steps)]  # [step or 0][core block]
+
+    def core_step(self, i: int) -> list[LayerCache]:
+        """The caches core blocks use at recurrence step i (the same ones at every step unless full)."""
+        return self.core[i if self.strategy == "full" else 0]
+
+    def begin(self, t_new: int, r: int | None, training: bool) -> int:
+        """Checks a forward of t_new tokens at depth r may use this cache; returns the past length."""
+        if training:
+            raise ValueError("KV caches are for inference: call model.eval() before passing a cache")
+        if r != self.r:
+            raise ValueError(f"this KV cache was made for depth r={self.r}, got r={r}; "
+                             "make a new cache (model.make_cache(strategy, r)) for another depth")
+        if self.block_size is not None and self.length + t_new > self.block_size:
+            raise ValueError(f"KV cache holds {self.length} tokens; {t_new} more exceed block_size={self.block_size}")
+        return self.length
+
+    def end(self, t_new: int) -> None:
+        for layer in self._all():
+            if isinstance(layer, CompressedLayerCache):
+                layer.commit()
+        self.length += t_new
+
+    def _all(self) -> list[LayerCache]:
+        return self.layers + [c for step in self.core for c in step]
+
+    def tensors(self) -> list[torch.Tensor]:
+        """Every K/V tensor held."""
+        return [t for layer in self._all() for t in layer.tensors()]
+
+    def nbytes(self) -> int:
+        """Exact bytes of the K/V tensors held (each owns its storage: see `_append`)."""
+        return sum(t.numel() * t.element_size() for t in self.tensors())
+
+
+def cached_layers(cfg: Any, strategy: str, r: int | None) -> int:
+    """Attention layers holding K/V: GPT-2's n_layer, or n_pre + n_coda + n_rec x (r if full else 1)
+    for RecurrentGPT (n_rec x 0 at r = 0, where no core step runs)."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown KV-cache strategy {strategy!r}; expected one of {STRATEGIES}")
+    if hasattr(cfg, "n_layer"):
+        return cfg.n_layer
+    r = cfg.n_loops if r is None else r
+    return cfg.n_pre + cfg.n_coda + cfg.n_rec * (r if strategy == "full" else min(r, 1))
+
+
+def kv_cache_bytes(cfg: Any, batch: int, seq_len: int, strategy: str = "full", r: int | None = None,
+                   dtype_bytes: int = 2) -> int:
+    """Analytic K/V cache size for `seq_len` cached tokens: cached_layers x 2 (K and V) x batch x
+    seq_len x d_model x dtype_bytes (bf16: 2). d_model is the full width: one tensor-parallel shard
+    holds 1/tp of it (its local heads), so divide by tp per rank."""
+    return cached_layers(cfg, strategy, r) * 2 * batch * seq_len * cfg.d_model * dtype_bytes

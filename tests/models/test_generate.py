@@ -1,0 +1,97 @@
+"""generate(): cached greedy decoding equals recomputing the whole prefix each token; sampling,
+eos handling and mode restoration."""
+import pytest
+import torch
+
+from rgpt_dist.models.generate import generate, sample_next
+from rgpt_dist.models.kv_cache import STRATEGIES
+from tests.models.test_kv_cache import R, tokens
+from tests.models.test_kv_cache import make as make_small
+
+NEW = 16
+
+
+def make(family="recurrent_gpt"):
+    """A seeded random model with weight matrices perturbed by N(0, 0.2^2): its greedy stream varies
+    from the first tokens (at init it repeats one token)."""
+    model, cfg = make_small(family)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.add_(torch.randn_like(p) * 0.2)
+    return model, cfg
+
+
+def assert_varied(out, prompt_len):
+    assert len(set(out[:, prompt_len:].flatten().tolist())) > NEW // 2  # not a constant (degenerate) stream
+
+
+def test_gpt2_cached_greedy_equals_uncached():
+    model, cfg = make("gpt2")
+    prompt = tokens(cfg, 5)
+    cached = generate(model, prompt, NEW)
+    assert torch.equal(cached, generate(model, prompt, NEW, strategy=None))
+    assert cached.shape == (2, 5 + NEW) and torch.equal(cached[:, :5], prompt)
+    assert_varied(cached, 5)
+
+
+@pytest.mark.parametrize("r", [None, 0, 1, 2 * R])
+def test_recurrent_full_cache_greedy_equals_uncached(r):
+    model, cfg = make()
+    prompt = tokens(cfg, 5)
+    cached = generate(model, prompt, NEW, r=r, strategy="full")
+    assert torch.equal(cached, generate(model, prompt, NEW, r=r, strategy=None))
+    assert cached.shape == (2, 5 + NEW)
+    assert_varied(cached, 5)
+
+
+def test_compressed_strategies_share_the_first_token_then_may_diverge():
+    model, cfg = make()
+    prompt = tokens(cfg, 8)
+    outs = {s: generate(model, prompt, NEW, strategy=s) for s in STRATEGIES}
+    for s in STRATEGIES:  # the first new token comes from the exact prefill
+        assert torch.equal(outs[s][:, :9], outs["full"][:, :9])
+    assert any(not torch.equal(outs[s], outs["full"]) for s in ("first", "last", "average"))
+
+
+def test_sampling_is_reproducible_and_top_k_1_is_greedy():
+    model, cfg = make()
+    prompt = tokens(cfg, 4)
+
+    def sample(seed, **kw):
+        return generate(model, prompt, NEW, temperature=1.0, generator=torch.Generator().manual_seed(seed), **kw)
+    assert torch.equal(sample(0), sample(0))
+    assert not torch.equal(sample(0), sample(1))
+    assert torch.equal(sample(3, top_k=1), generate(model, prompt, NEW))
+
+
+def test_top_k_restricts_the_support():
+    logits = torch.tensor([[0.0, 5.0, 4.0, -1.0]]).repeat(500, 1)
+    draws = sample_next(logits, temperature=2.0, top_k=2, generator=torch.Generator().manual_seed(0))
+    assert set(draws.flatten().tolist()) == {1, 2}
+
+
+def test_eos_stops_and_pads():
+    model, cfg = make()
+    prompt = tokens(cfg, 5)
+    free = generate(model, prompt, NEW)[:, 5:]                            # (2, NEW) without eos
+    eos = int(free[0, 3])                                                 # row 0's fourth new token
+    expected, stops = free.clone(), []
+    for row in range(2):
+        hits = (free[row] == eos).nonzero().flatten().tolist()
+        stops.append(hits[0] + 1 if hits else NEW)
+        expected[row, stops[-1]:] = eos                                   # finished rows are padded
+    out = generate(model, prompt, NEW, eos_token_id=eos)
+    assert torch.equal(out[:, 5:], expected[:, :max(stops)])             # stops once every row is done
+    assert generate(model, prompt[:1], NEW, eos_token_id=eos).shape == (1, 5 + stops[0])
+    assert stops[0] < NEW and max(stops) > stops[0]  # (this seed) row 0 stops early, row 1 later
+
+
+def test_mode_restored_and_block_size_checked():
+    model, cfg = make()
+    model.train()
+    generate(model, tokens(cfg, 4), 2)
+    assert model.training
+    generate(model, tokens(cfg, cfg.block_size - 3), 4)  # the 4th new token is never fed back
+    with pytest.raises(ValueError, match="block_size=48"):
+        generate(model, tokens(cfg, cfg.block_size - 3), 5)
