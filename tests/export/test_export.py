@@ -151,3 +151,23 @@ def test_incomplete_and_corrupted_checkpoints_are_refused(runs, tmp_path):
     assert not (tmp_path / "out").exists()
     with pytest.raises(ExportError, match="does not exist"):
         consolidate(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize("name", ["zero3", "tp2-bf16"])
+def test_recurrent_export_round_trip_native_equals_hf(runs, name, hf_env, tmp_path):
+    """From ZeRO-3 and tp = 2 checkpoints: the HF trust_remote_code model gives the native export's
+    logits at R* = 1, R and 2R (fp32)."""
+    from transformers import AutoModelForCausalLM
+
+    from rgpt_dist.export.exporter import export
+
+    out = export(runs[name], tmp_path / name)
+    native, _ = load_native(out / "native")
+    R = native.cfg.n_loops
+    ids = torch.randint(0, native.cfg.vocab_size, (2, 24), generator=torch.Generator().manual_seed(0))
+    for r in (1, R, 2 * R):
+        hf = AutoModelForCausalLM.from_pretrained(out / "hf", trust_remote_code=True, r_eval=r).eval()
+        with torch.no_grad():
+            mine = native(ids, r=r).logits[..., :native.cfg.vocab_size]
+            theirs = hf(ids, use_cache=False).logits
+        assert (mine - theirs).abs().max() < 1e-5, (name, r)
