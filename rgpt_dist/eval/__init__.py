@@ -1,0 +1,1 @@
+"""Evaluation: downstream tasks, early-exit curves and the Appendix E diagnostics."""

@@ -1,0 +1,1 @@
+"""Tests of rgpt_dist.eval."""
