@@ -1,0 +1,121 @@
+"""Evaluate a checkpoint or an export: early-exit curve, Appendix E diagnostics, lm-evaluation-harness.
+
+    rgpt-eval curve runs/quickstart --out eval/quickstart                 # loss at R* = 0..2R, FLOPs, plots
+    rgpt-eval curve exports/x --depths 0,1,2,4,8 --data data/python-stdlib --batches 20 --out eval/x
+    rgpt-eval diagnostics runs/quickstart --out eval/quickstart           # per-step KL, gates, CKA, heatmap
+    rgpt-eval lm-eval exports/x --tasks rgpt_example --depths 1,4,8 --out eval/x   # accuracy vs R*
+    rgpt-eval lm-eval exports/x --tasks hellaswag,arc_easy --out eval/x   # standard tasks (downloads data)
+
+SOURCE is an rgpt-export directory or a training checkpoint (run dir, checkpoints/ or step_*); the
+validation data defaults to the run's own (`data.paths`, `data.val_split`). lm-eval needs an export
+(it loads OUT/hf). Exit status 2 on unusable input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v.strip()]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rgpt-eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, helptext in (("curve", "validation loss vs depth and FLOPs"), ("diagnostics", "Appendix E diagnostics")):
+        s = sub.add_parser(name, help=helptext)
+        s.add_argument("source", help="export directory or training checkpoint")
+        s.add_argument("--out", required=True, help="output directory (CSV, JSON, PNG)")
+        s.add_argument("--data", nargs="+", help="rgpt-prep dataset(s) (default: the run's data.paths)")
+        s.add_argument("--split", help="split to evaluate (default: the run's data.val_split)")
+        s.add_argument("--batch-size", type=int, default=8)
+        s.add_argument("--batches", type=int, default=20, help="number of batches (file order)")
+    sub.choices["curve"].add_argument("--depths", type=_ints, help="comma-separated R* values (default 0..2R)")
+    sub.choices["diagnostics"].add_argument("--r", type=int, help="depth to diagnose (default R)")
+    s = sub.add_parser("lm-eval", help="lm-evaluation-harness on OUT/hf, optionally over depths")
+    s.add_argument("export", help="rgpt-export directory (or its hf/ directory)")
+    s.add_argument("--out", required=True)
+    s.add_argument("--tasks", default="rgpt_example", help="comma-separated lm-eval tasks (default: the bundled example)")
+    s.add_argument("--depths", type=_ints, help="RecurrentGPT: comma-separated R* values to sweep")
+    s.add_argument("--include-path", help="extra directory of lm-eval task YAMLs")
+    s.add_argument("--limit", type=int, help="items per task (smoke runs)")
+    s.add_argument("--batch-size", type=int, default=8)
+    return p
+
+
+def _batches(args, record: dict):
+    from rgpt_dist.eval.early_exit import val_batches
+
+    data = record.get("data", {})
+    paths = args.data or data.get("paths")
+    if not paths:
+        raise ValueError("no validation data: pass --data (the export records none)")
+    return val_batches(paths, args.split or data.get("val_split", "val"), args.batch_size, args.batches)
+
+
+def curve(args) -> Path:
+    from rgpt_dist.eval.early_exit import early_exit_curve, write_curve
+    from rgpt_dist.eval.source import load_model
+
+    model, record = load_model(args.source)
+    rows = early_exit_curve(model, _batches(args, record), args.depths)
+    out = Path(args.out)
+    write_curve(rows, out, f"{args.source} (step {record.get('step')})")
+    for row in rows:
+        print(f"R*={row['depth']}  loss {row['loss']:.4f}  GFLOPs/token {row['flops_per_token'] / 1e9:.4f}")
+    return out
+
+
+def diagnostics(args) -> Path:
+    from rgpt_dist.data.tokenizer import get_encoding
+    from rgpt_dist.eval.diagnostics import diagnose, gate_heatmap
+    from rgpt_dist.eval.source import load_model
+
+    model, record = load_model(args.source)
+    if model.depth_sampler() is None:
+        raise ValueError(f"{args.source} is a dense model: the diagnostics are per recurrence step")
+    batches = _batches(args, record)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    result = diagnose(model, batches, r=args.r)
+    result.to_json(out / "diagnostics.json")
+    result.write_csv(out / "diagnostics.csv")
+    result.plot(out)
+    gate_heatmap(model, batches[0][0][:1, :64], out / "gate_heatmap.png", decode=get_encoding().decode, r=args.r)
+    print(f"wrote {', '.join(sorted(p.name for p in out.iterdir()))} to {out}")
+    return out
+
+
+def lm_eval(args) -> Path:
+    from rgpt_dist.eval.harness import depth_sweep, run_lm_eval, write_results
+
+    hf_dir = Path(args.export)
+    hf_dir = hf_dir / "hf" if (hf_dir / "hf" / "config.json").is_file() else hf_dir
+    tasks = [t for t in args.tasks.split(",") if t]
+    common = dict(include_path=args.include_path, limit=args.limit, batch_size=args.batch_size)
+    if args.depths:
+        results = depth_sweep(hf_dir, tasks, args.depths, **common)
+    else:
+        results = run_lm_eval(hf_dir, tasks, **common)
+    written = write_results(results, args.out)
+    print(json.dumps({k: str(v) for k, v in written.items()}))
+    return Path(args.out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from rgpt_dist.export.consolidate import ExportError
+
+    try:
+        {"curve": curve, "diagnostics": diagnostics, "lm-eval": lm_eval}[args.command](args)
+    except (ExportError, ValueError, FileNotFoundError) as e:
+        print(f"rgpt-eval: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

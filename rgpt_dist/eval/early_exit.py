@@ -1,0 +1,105 @@
+"""Validation loss against recurrence depth: the early-exit curve (paper Fig. 3).
+
+One `all_exits` forward at the largest depth asked for gives the loss of coda + head applied to
+every h^(k), k = 0..r_max, so the whole curve (prelude only, early exits, R, extrapolation beyond R)
+costs one pass per batch. Each depth is reported with its inference FLOPs per token: Eq. 1 at that
+depth plus the LM head (rgpt_dist.flops), the x axis of the paper's loss-vs-compute plot.
+A dense model has one point (its depth is fixed).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rgpt_dist.data.mds import import_streaming
+from rgpt_dist.flops import executed_forward_flops, forward_flops, head_flops
+
+
+def val_batches(paths: list[str], split: str, batch_size: int, max_batches: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The first max_batches x batch_size samples of `split` in file order (no shuffling, no
+    process group): (inputs, targets), each (batch_size, seq_len)."""
+    streaming = import_streaming()
+    samples: list[np.ndarray] = []
+    for root in paths:
+        split_dir = Path(root) / split
+        if not (split_dir / "index.json").is_file():
+            raise FileNotFoundError(f"{split_dir} has no index.json: not an rgpt-prep dataset split")
+        ds = streaming.LocalDataset(local=str(split_dir))
+        for i in range(min(len(ds), batch_size * max_batches - len(samples))):
+            samples.append(np.asarray(ds[i]["tokens"], dtype=np.int64))
+    n = len(samples) // batch_size * batch_size
+    if n == 0:
+        raise ValueError(f"split {split!r} of {paths} has fewer than batch_size={batch_size} samples")
+    tokens = torch.from_numpy(np.stack(samples[:n]))                     # (n, seq_len + 1)
+    return [(b[:, :-1], b[:, 1:]) for b in tokens.split(batch_size)]
+
+
+@torch.no_grad()
+def early_exit_curve(model: torch.nn.Module, batches: list, depths: list[int] | None) -> list[dict]:
+    """One row per depth: loss, perplexity and FLOPs per token. `depths` (recurrent models: any
+    r >= 0, default 0..2R) is ignored for a dense model, which has one row with depth None."""
+    model.eval()
+    cfg, seq_len = model.cfg, batches[0][0].shape[1]
+    recurrent = model.depth_sampler() is not None
+    depths = sorted(set(depths if depths is not None else range(2 * cfg.n_loops + 1))) if recurrent else [None]
+    totals = torch.zeros(len(depths), dtype=torch.float64)
+    tokens = 0
+    for x, y in batches:
+        if recurrent:  # exit_losses: (r_max + 1,) mean loss of every exit 0..r_max
+            exits = model(x, y, r=max(depths), all_exits=True).aux["exit_losses"].double()
+            losses = exits[torch.tensor(depths)]
+        else:
+            losses = model(x, y).loss.double().reshape(1)
+        n = int((y >= 0).sum())
+        totals += losses * n
+        tokens += n
+    rows = []
+    for depth, total in zip(depths, (totals / tokens).tolist()):
+        rows.append({"depth": depth, "loss": total, "perplexity": math.exp(min(total, 50.0)),
+                     "flops_per_token": forward_flops(cfg, seq_len, depth) + head_flops(cfg),
+                     "executed_flops_per_token": executed_forward_flops(cfg, seq_len, depth) + head_flops(cfg),
+                     "tokens": tokens, "train_depth": getattr(cfg, "n_loops", None)})
+    return rows
+
+
+def write_curve(rows: list[dict], out_dir: Path, title: str = "") -> list[Path]:
+    """early_exit.csv, early_exit.json and early_exit.png (loss vs depth, loss vs FLOPs) in out_dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / "early_exit.csv", out_dir / "early_exit.json", out_dir / "early_exit.png"]
+    with open(paths[0], "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    paths[1].write_text(json.dumps(rows, indent=1) + "\n")
+    plot_curve(rows, paths[2], title)
+    return paths
+
+
+def plot_curve(rows: list[dict], path: Path, title: str = "") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = [r for r in rows if r["depth"] is not None] or rows
+    depth = [r["depth"] if r["depth"] is not None else 0 for r in points]
+    loss = [r["loss"] for r in points]
+    gflops = [r["flops_per_token"] / 1e9 for r in points]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    a.plot(depth, loss, "o-")
+    a.set(xlabel="recurrence depth R*", ylabel="validation loss", title="early exit / extrapolation")
+    b.plot(gflops, loss, "o-")
+    b.set(xlabel="inference GFLOPs per token (Eq. 1 + head)", ylabel="validation loss", title="loss vs compute")
+    train_depth = points[0]["train_depth"]
+    if train_depth is not None and points[0]["depth"] is not None:
+        a.axvline(train_depth, color="grey", linestyle="--", label=f"training R = {train_depth}")
+        a.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
