@@ -1,0 +1,463 @@
+"""Zero-shot downstream evaluation of exported checkpoints with lm-evaluation-harness (SPEC section 5,
+Table 2), offline, plus an independent multiple-choice accuracy computation to check it against.
+
+- `run_lm_eval(hf_dir, tasks)`: `lm_eval.simple_evaluate` on an `rgpt-export` Hugging Face directory
+  (model "hf", `trust_remote_code=True`); the bundled tasks (`TASKS_DIR`, e.g. `rgpt_example`) are always
+  on the include path. Returns the per-task metrics.
+- `depth_sweep(hf_dir, tasks, depths)`: the same at each inference depth R* of a RecurrentGPT export,
+  passed as the `r_eval=R*` from_pretrained override in model_args.
+- `own_accuracy(model, items)`: acc / acc_norm / acc_bytes computed here from per-choice
+  log-likelihoods, tokenised and scored the way lm-eval 0.4.13 does for a causal "hf" model, from an
+  HF directory or from any `logits_fn(ids (1, T)) -> logits (1, T, V)` (e.g. the native rgpt model).
+- `write_results(results, out_dir)`: JSON + CSV (one row per task x depth).
+
+What lm-eval does for a zero-shot multiple-choice doc (lm_eval/api/task.py, lm_eval/api/model.py,
+lm_eval/models/huggingface.py), reproduced in `own_accuracy`:
+  context = doc_to_text(doc) (no description, no few-shot), continuation = target_delimiter + choice;
+  `_encode_pair`: trailing whitespace of the context moves to the front of the continuation, then
+  context_enc = enc(context), continuation_enc = enc(context + continuation)[len(context_enc):]
+  (an empty context becomes [prefix_token_id] = BOS, else EOS); the model sees
+  (context_enc + continuation_enc)[-(max_length + 1):][:-1]; the score is the float32 sum of
+  log_softmax(logits) at the continuation tokens; pred = argmax (first on ties), acc_norm divides by
+  len(choice) in *characters*, acc_bytes by len(choice.encode("utf-8")); metrics are plain means.
+With batch_size=1 lm-eval runs the very same forward passes, so the log-likelihoods agree bitwise; with
+larger batches right-padding changes matrix shapes and hence float rounding (not the method).
+"""
+from __future__ import annotations
+
+import csv
+import difflib
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+TASKS_DIR = Path(__file__).resolve().parent / "tasks"
+EXAMPLE_TASK = "rgpt_example"
+EXAMPLE_DATA = TASKS_DIR / "rgpt_example" / "rgpt_example.jsonl"
+RESULTS_JSON = "lm_eval_results.json"
+RESULTS_CSV = "lm_eval_results.csv"
+
+# the tasks bundled with rgpt-dist: name -> local data file (for own_accuracy)
+BUNDLED_TASK_DATA = {EXAMPLE_TASK: EXAMPLE_DATA}
+
+
+class HarnessError(ValueError):
+    """A request the harness cannot run (unknown task, depth sweep of a model without r_eval, ...)."""
+
+
+# ----------------------------------------------------------------------------------- task lookup
+
+def include_paths(include_path: str | Path | Sequence[str | Path] | None = None) -> list[Path]:
+    """The bundled tasks folder followed by the caller's folders (later ones win on a name clash)."""
+    extra = [] if include_path is None else (
+        [include_path] if isinstance(include_path, (str, Path)) else list(include_path))
+    paths = [TASKS_DIR]
+    for p in extra:
+        p = Path(p).expanduser().resolve()
+        if not p.exists():
+            raise HarnessError(f"include_path {p} does not exist")
+        if p not in paths:
+            paths.append(p)
+    return paths
+
+
+def make_task_manager(tasks: Sequence[str], include_path=None):
+    """A lm-eval TaskManager that knows every name in `tasks`. Indexing lm-eval's ~15k built-in task
+    YAMLs takes seconds, so the include paths alone are tried first and the built-ins only when a
+    name is not found there. An unknown name raises HarnessError listing close matches."""
+    from lm_eval.tasks import TaskManager
+
+    paths = [str(p) for p in include_paths(include_path)]
+    tasks = _task_list(tasks)
+
+    def missing(tm):
+        return [t for t in tasks if t not in tm.all_tasks and not _is_yaml_file(t)]
+
+    tm = TaskManager(include_path=paths, include_defaults=False)
+    if not missing(tm):
+        return tm
+    tm = TaskManager(include_path=paths, include_defaults=True)
+    unknown = missing(tm)
+    if unknown:
+        hints = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, tm.all_tasks, n=5, cutoff=0.6)
+            hints.append(f"{name!r}" + (f" (did you mean: {', '.join(close)}?)" if close else ""))
+        raise HarnessError(
+            f"unknown lm-eval task(s): {'; '.join(hints)}. Searched lm-eval's built-in tasks and "
+            f"{', '.join(paths)}; list them with `python -m lm_eval ls tasks --include_path DIR`.")
+    return tm
+
+
+def _is_yaml_file(spec: str) -> bool:
+    return spec.endswith((".yaml", ".yml")) and Path(spec).is_file()
+
+
+def _task_list(tasks: str | Iterable[str]) -> list[str]:
+    if isinstance(tasks, str):
+        tasks = [t.strip() for t in tasks.split(",")]
+    out = [str(t) for t in tasks if str(t)]
+    if not out:
+        raise HarnessError("no task given")
+    return out
+
+
+# ------------------------------------------------------------------------------------ lm-eval runs
+
+def parse_model_args(extra: str | Mapping[str, Any] | None) -> dict[str, Any]:
+    """`"r_eval=4,kv_strategy=last"` (lm-eval's syntax, values typed as lm-eval types them) or a dict."""
+    if extra is None:
+        return {}
+    if isinstance(extra, str):
+        from lm_eval.utils import simple_parse_args_string
+        return dict(simple_parse_args_string(extra))
+    return dict(extra)
+
+
+def model_args_string(model_args: Mapping[str, Any]) -> str:
+    """The `--model_args` string lm-eval's command line would take for these arguments."""
+    return ",".join(f"{k}={v}" for k, v in model_args.items())
+
+
+def hf_model_args(hf_dir: str | Path, model_args_extra=None) -> dict[str, Any]:
+    hf_dir = Path(hf_dir).expanduser().resolve()
+    if not (hf_dir / "config.json").is_file():
+        raise HarnessError(f"{hf_dir} is not a Hugging Face model directory (no config.json); "
+                           f"`rgpt-export RUN OUT` writes one to OUT/hf")
+    args = {"pretrained": str(hf_dir), "trust_remote_code": True}
+    extra = parse_model_args(model_args_extra)
+    if "pretrained" in extra:
+        raise HarnessError("model_args_extra must not set `pretrained`: pass the directory as hf_dir")
+    args.update(extra)
+    return args
+
+
+def run_lm_eval(hf_dir: str | Path, tasks: str | Sequence[str] = (EXAMPLE_TASK,), *,
+                include_path: str | Path | Sequence[str | Path] | None = None,
+                model_args_extra: str | Mapping[str, Any] | None = None, batch_size: int | str = 1,
+                limit: int | float | None = None, device: str = "cpu", num_fewshot: int | None = None,
+                log_samples: bool = False, bootstrap_iters: int = 100000,
+                task_manager=None) -> dict[str, Any]:
+    """lm-eval's "hf" model on the exported directory `hf_dir` (`trust_remote_code=True` plus
+    `model_args_extra`, e.g. {"r_eval": 4} or "r_eval=4,kv_strategy=last") on `tasks`.
+
+    Returns {"model_dir", "model_args" (dict), "model_args_str" (for `lm_eval --model_args`),
+    "r_eval" (model_args' r_eval or None), "tasks": {task: {"acc": .., "acc_stderr": .., "acc_norm": ..,
+    ..., "n": docs scored, "version": ..}}, settings, and with log_samples "samples": {task: [lm-eval's
+    per-doc records]}}. Metric keys drop lm-eval's ",none" filter suffix (other filters keep it).
+    batch_size=1 (default) reproduces own_accuracy bitwise; larger is faster but rounds differently."""
+    import lm_eval
+
+    model_args = hf_model_args(hf_dir, model_args_extra)
+    task_names = _task_list(tasks)
+    tm = task_manager if task_manager is not None else make_task_manager(task_names, include_path)
+    out = lm_eval.simple_evaluate(
+        model="hf", model_args=model_args, tasks=task_names, task_manager=tm, batch_size=batch_size,
+        device=device, limit=limit, num_fewshot=num_fewshot, log_samples=log_samples,
+        bootstrap_iters=bootstrap_iters)
+    if out is None:  # a non-zero rank under a distributed launcher
+        return {}
+    per_task = {}
+    for name, raw in out["results"].items():
+        per_task[name] = metrics_from_lm_eval(raw)
+        n = out.get("n-samples", {}).get(name, {}).get("effective")
+        if n is not None:
+            per_task[name]["n"] = n
+        if name in out.get("versions", {}):
+            per_task[name]["version"] = out["versions"][name]
+    result = {
+        "model_dir": model_args["pretrained"],
+        "model_args": model_args,
+        "model_args_str": model_args_string(model_args),
+        "r_eval": model_args.get("r_eval"),
+        "tasks": per_task,
+        "num_fewshot": {k: v for k, v in out.get("n-shot", {}).items()},
+        "limit": limit,
+        "batch_size": batch_size,
+        "device": device,
+        "lm_eval_version": getattr(lm_eval, "__version__", None),
+    }
+    if log_samples:
+        result["samples"] = out.get("samples", {})
+    return result
+
+
+def metrics_from_lm_eval(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """lm-eval's {"acc,none": .., "acc_stderr,none": .., "alias": .., "sample_len": ..} as
+    {"acc": .., "acc_stderr": .., "n": ..}."""
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in ("alias", "name"):
+            continue
+        if key == "sample_len":
+            out["n"] = value
+            continue
+        metric, _, filt = key.partition(",")
+        out[metric if filt in ("", "none") else key] = value
+    return out
+
+
+def model_config(hf_dir: str | Path) -> dict[str, Any]:
+    path = Path(hf_dir).expanduser() / "config.json"
+    if not path.is_file():
+        raise HarnessError(f"{Path(hf_dir)} is not a Hugging Face model directory (no config.json)")
+    return json.loads(path.read_text())
+
+
+def depth_sweep(hf_dir: str | Path, tasks: str | Sequence[str] = (EXAMPLE_TASK,),
+                depths: Iterable[int] = (), **kwargs) -> list[dict[str, Any]]:
+    """`run_lm_eval` once per inference depth R* in `depths`, passing `r_eval=R*` in model_args (the
+    RecurrentGPT export's from_pretrained override). Returns one result per depth, in order, each
+    with "r_eval" set. `kwargs` go to run_lm_eval (model_args_extra may not set r_eval itself)."""
+    depths = list(depths)
+    if not depths:
+        raise HarnessError("depth_sweep needs at least one depth")
+    for d in depths:
+        if isinstance(d, bool) or not isinstance(d, int) or d < 0:
+            raise HarnessError(f"depths must be integers >= 0 (R* = 0 is the prelude/coda only), got {d!r}")
+    cfg = model_config(hf_dir)
+    if "r_eval" not in cfg:
+        raise HarnessError(
+            f"{hf_dir}: model_type {cfg.get('model_type')!r} has no `r_eval` in its config.json, so it has "
+            f"no inference recurrence depth to sweep: depth_sweep needs a RecurrentGPT export "
+            f"(trust_remote_code, config with r_eval); evaluate a dense model once with run_lm_eval")
+    extra = parse_model_args(kwargs.pop("model_args_extra", None))
+    if "r_eval" in extra:
+        raise HarnessError("depth_sweep sets r_eval itself: remove it from model_args_extra")
+    task_names = _task_list(tasks)
+    tm = kwargs.pop("task_manager", None) or make_task_manager(task_names, kwargs.get("include_path"))
+    results = []
+    for d in depths:
+        results.append(run_lm_eval(hf_dir, task_names, model_args_extra={**extra, "r_eval": d},
+                                   task_manager=tm, **kwargs))
+    return results
+
+
+# --------------------------------------------------------------------------- our own computation
+
+def load_task_items(task_data: str | Path | Sequence[Mapping[str, Any]] = EXAMPLE_TASK) -> list[dict]:
+    """Items {"question", "choices", "gold"} from a bundled task name, a JSON Lines file or a list."""
+    if isinstance(task_data, (str, Path)):
+        path = BUNDLED_TASK_DATA.get(str(task_data), Path(task_data))
+        if not Path(path).is_file():
+            raise HarnessError(f"{task_data!r} is neither a bundled task ({', '.join(BUNDLED_TASK_DATA)}) "
+                               f"nor a JSON Lines file")
+        rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    else:
+        rows = [dict(r) for r in task_data]
+    for i, r in enumerate(rows):
+        missing = {"question", "choices", "gold"} - set(r)
+        if missing:
+            raise HarnessError(f"item {i} lacks {sorted(missing)}")
+    return rows
+
+
+def _hf_tokenizer_encoder(tok) -> Callable[[str], list[int]]:
+    """lm-eval's HFLM.tok_encode with add_special_tokens=None and add_bos_token unset: the tokenizer's
+    default special-token handling, except for a string that already starts with the prefix token."""
+    prefix = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+    prefix_str = tok.decode(prefix) if prefix is not None else None
+
+    def encode(s: str) -> list[int]:
+        if prefix_str and s.startswith(prefix_str):
+            return tok.encode(s, add_special_tokens=False)
+        return tok.encode(s)
+    return encode
+
+
+def _encoder(tokenizer) -> Callable[[str], list[int]]:
+    if tokenizer is None:
+        from rgpt_dist.data.tokenizer import get_encoding
+        tokenizer = get_encoding()
+    if hasattr(tokenizer, "encode_ordinary"):  # tiktoken: plain text, special tokens not parsed
+        return tokenizer.encode_ordinary
+    if hasattr(tokenizer, "convert_tokens_to_ids"):  # transformers tokenizer
+        return _hf_tokenizer_encoder(tokenizer)
+    if callable(tokenizer):
+        return tokenizer
+    raise TypeError(f"tokenizer must be a tiktoken Encoding, a transformers tokenizer or a callable, "
+                    f"not {type(tokenizer).__name__}")
+
+
+def encode_pair(encode: Callable[[str], list[int]], context: str, continuation: str,
+                prefix_token_id: int) -> tuple[list[int], list[int]]:
+    """lm-eval's (context_enc, continuation_enc) for a causal model."""
+    if context == "":
+        cont = encode(continuation)
+        return ([prefix_token_id], cont) if prefix_token_id != cont[0] else (cont[:1], cont[1:])
+    n_spaces = len(context) - len(context.rstrip())
+    if n_spaces > 0:
+        continuation = context[-n_spaces:] + continuation
+        context = context[:-n_spaces]
+    whole = encode(context + continuation)
+    ctx = encode(context)
+    return ctx, whole[len(ctx):]
+
+
+def _hf_max_length(config, tokenizer, default: int = 2048) -> int:
+    for cfg in (getattr(config, "text_config", None), config):
+        if cfg is None:
+            continue
+        for attr in ("n_positions", "max_position_embeddings", "n_ctx"):
+            value = getattr(cfg, attr, None)
+            if isinstance(value, int) and value > 0:
+                return value
+    mml = getattr(tokenizer, "model_max_length", None)
+    if isinstance(mml, int) and 0 < mml < 10 ** 29:
+        return mml
+    return default
+
+
+def load_hf_scorer(hf_dir: str | Path, model_args_extra=None, device: str = "cpu"):
+    """(logits_fn, transformers tokenizer, max_length) for an exported directory, loaded as lm-eval
+    loads it: AutoModelForCausalLM, trust_remote_code, dtype from the config, extra from_pretrained
+    overrides such as r_eval."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    args = hf_model_args(hf_dir, model_args_extra)
+    path = args.pop("pretrained")
+    trust = bool(args.pop("trust_remote_code", True))
+    args.setdefault("dtype", "auto")
+    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust)
+    model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=trust, **args).to(device).eval()
+    model.tie_weights()
+
+    def logits_fn(ids):
+        with torch.no_grad():
+            return model(ids.to(device)).logits
+    return logits_fn, tok, _hf_max_length(model.config, tok)
+
+
+def own_accuracy(model: str | Path | Callable, task_data: str | Path | Sequence[Mapping] = EXAMPLE_TASK, *,
+                 tokenizer=None, target_delimiter: str = " ", max_length: int | None = None,
+                 prefix_token_id: int | None = None, model_args_extra=None, limit: int | None = None,
+                 device: str = "cpu") -> dict[str, Any]:
+    """Zero-shot multiple-choice accuracy computed here, independently of lm-eval's code, the way
+    lm-eval scores a causal model (see the module docstring).
+
+    model: an exported HF directory (loaded as lm-eval loads it, with `model_args_extra` such as
+    {"r_eval": 4}) or `logits_fn(ids: LongTensor (1, T)) -> logits (1, T, V)`. For a callable,
+    `tokenizer` defaults to the project's GPT-2 BPE (tiktoken), `prefix_token_id` to <|endoftext|>
+    and `max_length` to no truncation. task_data: a bundled task name, a JSON Lines file or a list of
+    {"question", "choices", "gold" (index or choice text)}; limit: the first `limit` items (as lm-eval's
+    integer --limit). Returns {"acc", "acc_norm", "acc_bytes", "n", "items": [per item: doc_id, lls,
+    is_greedy, pred, pred_norm, pred_bytes, gold, acc, acc_norm, acc_bytes]}."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    if callable(model) and not isinstance(model, (str, Path)):
+        logits_fn, encode = model, _encoder(tokenizer)
+        if prefix_token_id is None:
+            from rgpt_dist.data.tokenizer import EOT_TOKEN
+            prefix_token_id = EOT_TOKEN
+    else:
+        logits_fn, tok, hf_max = load_hf_scorer(model, model_args_extra, device)
+        encode = _encoder(tokenizer if tokenizer is not None else tok)
+        max_length = hf_max if max_length is None else max_length
+        if prefix_token_id is None:
+            prefix_token_id = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+
+    rows = load_task_items(task_data)
+    if limit is not None:
+        rows = rows[:int(limit)]
+    items = []
+    for doc_id, row in enumerate(rows):
+        choices = list(row["choices"])
+        gold = row["gold"]
+        if isinstance(gold, str):
+            gold = choices.index(gold) if gold in choices else -100
+        lls, greedy = [], []
+        for choice in choices:
+            ctx, cont = encode_pair(encode, row["question"], f"{target_delimiter}{choice}", prefix_token_id)
+            if not cont:
+                raise HarnessError(f"item {doc_id}: choice {choice!r} encodes to no tokens")
+            seq = ctx + cont
+            if max_length is not None:
+                seq = seq[-(max_length + 1):]
+            inp = torch.tensor([seq[:-1]], dtype=torch.long)
+            logits = logits_fn(inp)
+            if logits.dim() != 3 or logits.shape[:2] != inp.shape:
+                raise ValueError(f"logits_fn must return (1, T, V) logits for ids (1, T), got {tuple(logits.shape)}")
+            logp = F.log_softmax(logits.detach().cpu(), dim=-1)[0]
+            T = inp.shape[1]
+            scored = logp[T - len(cont):T]
+            target = torch.tensor(cont, dtype=torch.long)
+            lls.append(float(scored.gather(-1, target[:, None]).squeeze(-1).sum()))
+            greedy.append(bool((scored.argmax(-1) == target).all()))
+        ll = np.array(lls, dtype=np.float64)
+        pred = int(np.argmax(ll))
+        pred_norm = int(np.argmax(ll / np.array([float(len(c)) for c in choices])))
+        pred_bytes = int(np.argmax(ll / np.array([float(len(c.encode("utf-8"))) for c in choices])))
+        items.append({"doc_id": doc_id, "lls": lls, "is_greedy": greedy, "pred": pred,
+                      "pred_norm": pred_norm, "pred_bytes": pred_bytes, "gold": gold,
+                      "acc": 1.0 if pred == gold else 0.0, "acc_norm": 1.0 if pred_norm == gold else 0.0,
+                      "acc_bytes": 1.0 if pred_bytes == gold else 0.0})
+    if not items:
+        raise HarnessError("no items to score")
+    return {
+        **{m: sum(it[m] for it in items) / len(items) for m in ("acc", "acc_norm", "acc_bytes")},
+        "n": len(items),
+        "items": items,
+    }
+
+
+# ------------------------------------------------------------------------------------ reporting
+
+def result_rows(results: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One flat row per task x depth: model_dir, r_eval, task, n, then the metrics."""
+    runs = [results] if isinstance(results, Mapping) else list(results)
+    rows = []
+    for run in runs:
+        for task, metrics in run.get("tasks", {}).items():
+            row = {"model_dir": run.get("model_dir"), "r_eval": run.get("r_eval"), "task": task,
+                   "n": metrics.get("n")}
+            row.update({k: v for k, v in metrics.items() if k != "n"})
+            rows.append(row)
+    return rows
+
+
+def write_results(results: Mapping[str, Any] | Sequence[Mapping[str, Any]], out_dir: str | Path) -> dict[str, Path]:
+    """Writes OUT/lm_eval_results.json (every run with its settings; per-doc samples, when logged, go
+    to OUT/samples_<task>[_r<R*>].jsonl instead) and OUT/lm_eval_results.csv (result_rows). Returns
+    {"json": path, "csv": path, "samples": [paths]}."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runs = [dict(results)] if isinstance(results, Mapping) else [dict(r) for r in results]
+    sample_paths = []
+    for run in runs:
+        samples = run.pop("samples", None) or {}
+        for task, records in samples.items():
+            suffix = "" if run.get("r_eval") is None else f"_r{run['r_eval']}"
+            path = out_dir / f"samples_{_safe(task)}{suffix}.jsonl"
+            with open(path, "w") as f:
+                for rec in records:
+                    f.write(json.dumps(rec, default=_jsonable) + "\n")
+            sample_paths.append(path)
+    json_path = out_dir / RESULTS_JSON
+    json_path.write_text(json.dumps({"runs": runs}, indent=2, default=_jsonable) + "\n")
+    rows = result_rows(runs)
+    lead = ["model_dir", "r_eval", "task", "n"]
+    metric_cols = sorted({k for r in rows for k in r} - set(lead),
+                         key=lambda k: (k.replace("_stderr", ""), "_stderr" in k))
+    csv_path = out_dir / RESULTS_CSV
+    with open(csv_path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=lead + metric_cols)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in lead + metric_cols})
+    return {"json": json_path, "csv": csv_path, "samples": sample_paths}
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def _jsonable(obj):
+    if hasattr(obj, "item") and callable(obj.item):  # numpy / torch scalars
+        return obj.item()
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj, key=str)
+    return str(obj)
