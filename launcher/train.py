@@ -5,7 +5,8 @@
 
 The whole config is validated, and world-size and filesystem checks run, before any process group,
 model or data loader exists; a bad config exits with status 2 and one message per problem (printed
-by rank 0 only).
+by rank 0 only). On SIGUSR1 or SIGTERM every rank finishes its step, the step is saved, and the
+process exits with status 75 (under SLURM the job is requeued first; see docs/cluster.md).
 """
 from __future__ import annotations
 
@@ -34,8 +35,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"train: {e}", file=sys.stderr)
         return 2
     from rgpt_dist.train.run import train
-    train(cfg)
-    return 0
+    return train(cfg)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,9 @@ class CheckpointConfig(Section):
     """Checkpoint directory (default RUN_DIR/checkpoints)."""
     resume: bool = True
     """Resume from the newest complete, verified checkpoint in `dir` when there is one."""
+    requeue: bool = True
+    """On SIGUSR1/SIGTERM every rank finishes the current step, the step is saved and the run stops;
+    under SLURM, also `scontrol requeue` the job so that it resumes from that checkpoint."""
 
     def problems(self, path: str) -> list[str]:
         return out_of_bounds(path, ">=", 1, every_steps=self.every_steps, keep_last=self.keep_last)

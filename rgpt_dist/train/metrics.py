@@ -45,6 +45,18 @@ def _wandb_mode(setting: str) -> str:
     return setting
 
 
+def _wandb_run_id(run_dir: Path) -> str:
+    """One wandb run per run directory: a resumed or requeued job continues the same wandb run."""
+    path = run_dir / "wandb_run_id"
+    if not path.exists():
+        import uuid
+
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(uuid.uuid4().hex[:16])
+        os.replace(tmp, path)
+    return path.read_text().strip()
+
+
 class MetricsSink:
     """Console + JSONL + wandb on rank 0; a no-op elsewhere. `resume_at(step)` drops JSONL records of
     steps after a resumed checkpoint, so every step appears once. Records carry `step` = optimizer
@@ -62,7 +74,8 @@ class MetricsSink:
             os.environ.setdefault("WANDB_SILENT", "true")
             import wandb
             self.wandb = wandb.init(project=cfg.log.project, name=cfg.log.name or Path(cfg.log.run_dir).name,
-                                    dir=cfg.log.run_dir, mode=mode, config=cfg.to_dict(), resume="allow")
+                                    dir=cfg.log.run_dir, mode=mode, config=cfg.to_dict(), resume="allow",
+                                    id=_wandb_run_id(Path(cfg.log.run_dir)))
 
     def resume_at(self, step: int) -> None:
         """Keep the records of steps <= step (a checkpoint taken after `step` completed steps)."""

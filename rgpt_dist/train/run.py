@@ -15,6 +15,7 @@ from rgpt_dist.registry import build_model
 from rgpt_dist.train.checkpoint import CheckpointManager
 from rgpt_dist.train.metrics import MetricsSink
 from rgpt_dist.train.optim import make_optimizer, make_scheduler
+from rgpt_dist.train.preemption import EXIT_PREEMPTED, StopRequested, requeue_slurm_job
 from rgpt_dist.train.trainer import Trainer
 
 
@@ -47,7 +48,10 @@ def shard_model(full: torch.nn.Module, cfg: Config, dims: ParallelDims) -> torch
     return model
 
 
-def train(cfg: Config) -> None:
+def train(cfg: Config) -> int:
+    """Run (or resume) training; returns the process exit status: 0 when train.max_steps is reached,
+    EXIT_PREEMPTED when stopped on a signal after saving (requeued under SLURM)."""
+    stop = StopRequested()  # before anything slow: a signal during start-up stops after step one
     dims = init_distributed(cfg)
     run_dir = Path(cfg.log.run_dir)
     if dims.is_main:
@@ -62,10 +66,16 @@ def train(cfg: Config) -> None:
     train_loader, val_batches = _loaders(cfg, dims)
     ckpt = CheckpointManager(cfg.checkpoint.dir or run_dir / "checkpoints", cfg.checkpoint.keep_last, dims.rank)
     sink = MetricsSink(cfg, dims.is_main)
-    trainer = Trainer(cfg, dims, engine, optimizer, train_loader, val_batches, ckpt, sink)
+    trainer = Trainer(cfg, dims, engine, optimizer, train_loader, val_batches, ckpt, sink, stop)
     try:
         trainer.resume()
-        trainer.fit()
+        finished = trainer.fit()
     finally:
         sink.close()
+        stop.close()
     torch.distributed.barrier()
+    if finished:
+        return 0
+    if dims.is_main and cfg.checkpoint.requeue:
+        print(requeue_slurm_job(), flush=True)
+    return EXIT_PREEMPTED

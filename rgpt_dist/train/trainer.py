@@ -19,6 +19,7 @@ from rgpt_dist.noise import NoiseKey
 from rgpt_dist.parallel.dims import ParallelDims
 from rgpt_dist.train.checkpoint import CheckpointManager
 from rgpt_dist.train.metrics import MetricsSink, peak_flops
+from rgpt_dist.train.preemption import StopRequested
 
 
 class NonFiniteError(RuntimeError):
@@ -48,8 +49,9 @@ def _mean_across_ranks(values: list[float]) -> list[float]:
 
 class Trainer:
     def __init__(self, cfg: Config, dims: ParallelDims, engine, optimizer, train_loader, val_batches: list,
-                 ckpt: CheckpointManager, sink: MetricsSink):
+                 ckpt: CheckpointManager, sink: MetricsSink, stop: StopRequested | None = None):
         self.cfg, self.dims, self.engine, self.optimizer = cfg, dims, engine, optimizer
+        self.stop = stop
         self.consecutive_nonfinite = 0
         self.model = engine.module
         self.sampler = self.model.depth_sampler()
@@ -143,7 +145,8 @@ class Trainer:
         return {"step": self.step, "val_loss": values[0], **({"early_exit": values[1:]} if curves else {})}
 
     # ---- the loop ---------------------------------------------------------------------------
-    def fit(self) -> None:
+    def fit(self) -> bool:
+        """Train to train.max_steps; False when stopped early on a signal (after saving that step)."""
         cfg = self.cfg
         self._data = self._batches()
         tokens_per_step = cfg.train.tokens_per_step()
@@ -163,9 +166,21 @@ class Trainer:
             paused = time.perf_counter()  # evaluation and checkpoints do not count against tokens/s
             if cfg.eval.every_steps and (self.step % cfg.eval.every_steps == 0 or self.step == cfg.train.max_steps):
                 self._log_eval(self.evaluate())
-            if self.step % cfg.checkpoint.every_steps == 0 or self.step == cfg.train.max_steps:
+            saved = self.step % cfg.checkpoint.every_steps == 0 or self.step == cfg.train.max_steps
+            if saved:
                 self.ckpt.save(self.engine, self.step, self.client_state())
+            if self.stop is not None and self.stop.agreed(_comm_device()) and self.step < cfg.train.max_steps:
+                return self._stop_early(saved)
             window_t += time.perf_counter() - paused
+        return True
+
+    def _stop_early(self, saved: bool) -> bool:
+        if not saved:
+            self.ckpt.save(self.engine, self.step, self.client_state())
+        if self.dims.is_main:
+            where = self.stop.received.name if self.stop.received else "a signal on another rank"
+            print(f"step {self.step:6d} | stop requested ({where}): saved this step and stopped", flush=True)
+        return False
 
     def _check_finite(self, record: dict[str, Any]) -> None:
         """A skipped step (non-finite gradients on any rank: the optimizer left the weights alone on
