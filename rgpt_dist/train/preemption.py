@@ -49,8 +49,12 @@ def requeue_slurm_job() -> str:
               else os.environ.get("SLURM_JOB_ID"))
     if not job_id:
         return "not under SLURM: rerun the same command to resume"
-    done = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True)
-    if done.returncode != 0:
-        print(f"scontrol requeue {job_id} failed: {done.stderr.strip()}", file=sys.stderr, flush=True)
+    try:
+        done = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=60)
+        problem = done.stderr.strip() if done.returncode != 0 else None
+    except (OSError, subprocess.TimeoutExpired) as e:  # no scontrol inside a container, a hung controller
+        problem = str(e)
+    if problem is not None:
+        print(f"scontrol requeue {job_id} failed: {problem}", file=sys.stderr, flush=True)
         return f"requeue of job {job_id} failed; resubmit to resume"
     return f"requeued SLURM job {job_id}"

@@ -1,0 +1,92 @@
+# shellcheck shell=bash
+# Shared by the slurm/<scale>_<grid>.sh job arrays (sourced, not run). One array task trains one
+# model of its grid cell: MODELS[SLURM_ARRAY_TASK_ID] at budget $BUDGET, config
+# configs/experiments/<model>-<budget>.yaml, run directory $RGPT_RUNS/<model>-<budget>.
+#
+# srun starts one torchrun per node; torchrun rendezvouses from the SLURM allocation (c10d on the
+# first node) and starts NPROC_PER_NODE ranks of launcher/train.py. SLURM's warning signal
+# (--signal=B:USR1@120) reaches this shell, which passes it to the job step; torchrun forwards it
+# to its ranks, which finish the current step, save it and ask SLURM to requeue the job
+# (rgpt_dist/train/preemption.py). The requeued job resumes from that checkpoint.
+#
+# Environment overrides (all optional):
+#   BUDGET=20k|40k          training budget (standard / doubled)                   [20k]
+#   RGPT_ROOT               repository checkout                                    [$SLURM_SUBMIT_DIR]
+#   RGPT_PYTHON             python with the project installed                      [$RGPT_ROOT/.venv/bin/python or python]
+#   RGPT_CONFIG_DIR         experiment configs                                     [$RGPT_ROOT/configs/experiments]
+#   RGPT_RUNS               where run directories go                               [$RGPT_ROOT/runs]
+#   RGPT_OVERRIDES          extra key=value config overrides, space-separated      []
+#   NPROC_PER_NODE          ranks per node                                         [GPUs on the node, else 1]
+#   MASTER_PORT             rendezvous port                                        [20000 + job id % 20000]
+#   SHUTDOWN_TIMEOUT        seconds torchrun waits for ranks to save after a signal [110]
+#   SRUN_ARGS               extra srun arguments, e.g. pyxis' "--container-image=... --container-mounts=..." []
+#   RGPT_DRY_RUN=1          print the command instead of running it
+
+set -euo pipefail
+
+if [[ -z "${MODELS+x}" || ${#MODELS[@]} -eq 0 ]]; then
+    echo "slurm/common.sh: the job script must define MODELS=(...)" >&2
+    exit 2
+fi
+TASK=${SLURM_ARRAY_TASK_ID:-0}
+if (( TASK < 0 || TASK >= ${#MODELS[@]} )); then
+    echo "array task $TASK: this cell has ${#MODELS[@]} models (${MODELS[*]}); use --array=0-$(( ${#MODELS[@]} - 1 ))" >&2
+    exit 2
+fi
+MODEL=${MODELS[$TASK]}
+BUDGET=${BUDGET:-20k}
+RGPT_ROOT=${RGPT_ROOT:-${SLURM_SUBMIT_DIR:-$PWD}}
+if [[ -z "${RGPT_PYTHON:-}" ]]; then
+    RGPT_PYTHON=python
+    [[ -x "$RGPT_ROOT/.venv/bin/python" ]] && RGPT_PYTHON="$RGPT_ROOT/.venv/bin/python"
+fi
+RGPT_CONFIG_DIR=${RGPT_CONFIG_DIR:-$RGPT_ROOT/configs/experiments}
+RGPT_RUNS=${RGPT_RUNS:-$RGPT_ROOT/runs}
+CONFIG="$RGPT_CONFIG_DIR/$MODEL-$BUDGET.yaml"
+RUN_DIR="$RGPT_RUNS/$MODEL-$BUDGET"
+if [[ ! -f "$CONFIG" ]]; then
+    echo "no config $CONFIG for model $MODEL at budget $BUDGET (BUDGET must be 20k or 40k)" >&2
+    exit 2
+fi
+
+NNODES=${SLURM_JOB_NUM_NODES:-1}
+NPROC_PER_NODE=${NPROC_PER_NODE:-${SLURM_GPUS_ON_NODE:-1}}
+MASTER_ADDR=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-localhost}" 2>/dev/null | head -n 1 || echo localhost)
+MASTER_PORT=${MASTER_PORT:-$(( 20000 + ${SLURM_JOB_ID:-0} % 20000 ))}
+SHUTDOWN_TIMEOUT=${SHUTDOWN_TIMEOUT:-110}
+
+# shellcheck disable=SC2206  # RGPT_OVERRIDES is a space-separated list on purpose
+OVERRIDES=("log.run_dir=$RUN_DIR" ${RGPT_OVERRIDES:-})
+# shellcheck disable=SC2206,SC2054  # SRUN_ARGS splits on purpose; the commas are in --signals-to-handle
+CMD=(srun --kill-on-bad-exit=1 --ntasks-per-node=1 --nodes="$NNODES" ${SRUN_ARGS:-}
+     "$RGPT_PYTHON" -m torch.distributed.run
+     --nnodes="$NNODES" --nproc_per_node="$NPROC_PER_NODE"
+     --rdzv_backend=c10d --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv_id="${SLURM_JOB_ID:-0}"
+     --signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1 --shutdown-timeout="$SHUTDOWN_TIMEOUT"
+     "$RGPT_ROOT/launcher/train.py" "$CONFIG" "${OVERRIDES[@]}")
+
+echo "[$(date -Is)] job ${SLURM_JOB_ID:-?} task $TASK (restart ${SLURM_RESTART_COUNT:-0}): $MODEL $BUDGET on $NNODES node(s) x $NPROC_PER_NODE ranks"
+if [[ "${RGPT_DRY_RUN:-0}" == 1 ]]; then
+    printf '%q ' "${CMD[@]}"; echo
+    exit 0
+fi
+
+cd "$RGPT_ROOT"
+"${CMD[@]}" &
+STEP_PID=$!
+# shellcheck disable=SC2329  # invoked by the traps below
+forward() {  # the batch shell got the warning signal: pass it to every task of the job step
+    echo "[$(date -Is)] $1 received: asking the ranks to save and stop"
+    scancel --signal="$1" "${SLURM_JOB_ID}" || kill -"$1" "$STEP_PID"
+}
+trap 'forward USR1' USR1
+trap 'forward TERM' TERM
+set +e
+while true; do
+    wait "$STEP_PID"; status=$?   # returns early (> 128) when a trapped signal arrives
+    if (( status < 128 )) || ! kill -0 "$STEP_PID" 2>/dev/null; then break; fi
+done
+wait "$STEP_PID" 2>/dev/null; late=$?   # the real status if a trap interrupted the last wait
+(( late != 127 )) && status=$late
+echo "[$(date -Is)] job step finished with status $status"
+exit "$status"

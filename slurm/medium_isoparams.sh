@@ -1,0 +1,22 @@
+#!/bin/bash
+# medium isoParams cell of the paper's grid: one array task per model.
+#   mkdir -p logs && sbatch slurm/medium_isoparams.sh                 # standard budget (20k steps)
+#   BUDGET=40k sbatch slurm/medium_isoparams.sh                       # doubled budget
+#   sbatch --nodes=2 --time=06:00:00 slurm/medium_isoparams.sh        # any #SBATCH line, from the command line
+# Every setting and environment override: docs/cluster.md. Shared logic: slurm/common.sh.
+#SBATCH --job-name=rgpt-medium-isoparams
+#SBATCH --array=0-1
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node=8
+#SBATCH --cpus-per-gpu=8
+#SBATCH --time=24:00:00
+#SBATCH --requeue
+#SBATCH --signal=B:USR1@120
+#SBATCH --open-mode=append
+#SBATCH --output=logs/%x-%A_%a.out
+
+# shellcheck disable=SC2034  # read by common.sh
+MODELS=(gpt2-medium recurrentgpt-medium-isoparams)
+# shellcheck source-path=SCRIPTDIR source=common.sh
+source "${RGPT_ROOT:-${SLURM_SUBMIT_DIR:-.}}/slurm/common.sh"

@@ -1,0 +1,192 @@
+"""The grid summary on a fake runs directory: real config.yaml files (debug models named like grid
+cells, and the real grid cells), hand-written metrics.jsonl records, finished / running / stale /
+broken runs, the dense-vs-recurrent delta and the grid.md / grid.csv / grid.json files."""
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rgpt_dist.config import load_config
+from rgpt_dist.config.experiments import grid, write_yaml
+from rgpt_dist.eval.grid import FAILED, FINISHED, RUNNING, summarize, summarize_run, write_table
+from rgpt_dist.flops import PAPER_TABLE1, forward_flops, param_count, train_flops
+
+SHAPE = ["train.max_steps=100", "train.warmup_steps=10", "train.seq_len=128", "train.global_batch_size=16",
+         "train.micro_batch_size=4"]
+TOKENS_PER_STEP = 16 * 128
+
+
+def make_run(root: Path, name: str, flavour: str | None, records=(), lines=()) -> Path:
+    """A run directory as the trainer leaves it: config.yaml (unless flavour is None) and
+    metrics.jsonl (records as JSON lines, then raw `lines`; absent when both are empty)."""
+    run = root / name
+    run.mkdir(parents=True)
+    if flavour is not None:
+        cfg = load_config(flavour, SHAPE + [f"log.run_dir={run}"])
+        (run / "config.yaml").write_text(cfg.to_yaml())
+    if records or lines:
+        text = "".join(json.dumps(r) + "\n" for r in records) + "".join(line + "\n" for line in lines)
+        (run / "metrics.jsonl").write_text(text)
+    return run
+
+
+def train_records(upto: int, every: int = 10, loss: float = 5.0):
+    return [{"step": s, "loss": loss - s / 100, "r": 2, "tokens": s * TOKENS_PER_STEP}
+            for s in range(every, upto + 1, every)]
+
+
+def age(run: Path, seconds: float) -> None:
+    """Make everything in the run look written `seconds` ago."""
+    then = time.time() - seconds
+    for p in [*run.rglob("*"), run]:
+        os.utime(p, (then, then))
+
+
+@pytest.fixture
+def runs(tmp_path):
+    root = tmp_path / "runs"
+    make_run(root, "gpt2-small-20k", "gpt2-debug",
+             train_records(100) + [{"step": 50, "val_loss": 3.4}, {"step": 100, "val_loss": 3.0}])
+    make_run(root, "recurrentgpt-small-isoflops-20k", "recurrentgpt-debug",
+             train_records(100) + [{"step": 50, "val_loss": 3.5, "early_exit": [4.5, 3.8, 3.5]},
+                                   {"step": 100, "val_loss": 2.9, "early_exit": [4.0, 3.2, 2.9]}])
+    make_run(root, "recurrentgpt-small-isoparams-20k", "recurrentgpt-debug", train_records(40))  # running, no eval yet
+    make_run(root, "gpt2-medium-20k", "gpt2-debug", train_records(20), lines=['{"step": 30, "loss": 4.', "[1, 2]"])
+    age(make_run(root, "recurrentgpt-medium-isoflops-20k", "recurrentgpt-debug", train_records(30)), 7200)
+    make_run(root, "recurrentgpt-large-isoflops-20k", None, train_records(10))  # no config.yaml
+    (root / "recurrentgpt-large-isoflops-20k" / "config.yaml").mkdir()  # and something unreadable in its place
+    (root / "notes").mkdir()  # not a run: ignored
+    (root / "gpt2-small-20k" / "checkpoints" / "step_00000100").mkdir(parents=True)
+    return root
+
+
+def by_name(rows):
+    return {r["name"]: r for r in rows}
+
+
+def test_rows_carry_the_flops_modules_numbers_for_the_runs_own_config(runs):
+    rows = by_name(summarize(runs))
+    assert set(rows) == {"gpt2-small-20k", "recurrentgpt-small-isoflops-20k", "recurrentgpt-small-isoparams-20k",
+                         "gpt2-medium-20k", "recurrentgpt-medium-isoflops-20k", "recurrentgpt-large-isoflops-20k"}
+    for name, flavour, layout in (("gpt2-small-20k", "gpt2-debug", "4L"),
+                                  ("recurrentgpt-small-isoflops-20k", "recurrentgpt-debug", "1+1x2+1")):
+        row, model = rows[name], load_config(flavour).model
+        assert (row["layout"], row["seq_len"], row["max_steps"], row["budget"]) == (layout, 128, 100, "100")
+        assert row["params"] == param_count(model) and row["params_no_embedding"] == param_count(model, embeddings=False)
+        assert row["fwd_flops_per_token"] == forward_flops(model, 128)
+        assert row["train_flops_per_token"] == train_flops(model, 128)
+        assert row["train_flops_total"] == pytest.approx(train_flops(model, 128) * TOKENS_PER_STEP * 100)
+        assert (row["steps_done"], row["tokens_seen"]) == (100, 100 * TOKENS_PER_STEP)
+    rec = rows["recurrentgpt-small-isoflops-20k"]
+    assert (rec["scale"], rec["setting"], rec["method"], rec["expected_r"]) == ("small", "isoFLOPs", "RecurrentGPT", 1.5)
+    assert rows["gpt2-small-20k"]["setting"] == "dense" and rows["gpt2-small-20k"]["last_checkpoint"] == 100
+    assert rows["recurrentgpt-small-isoparams-20k"]["setting"] == "isoParams"
+
+
+def test_last_eval_record_and_early_exit_curve(runs):
+    rows = by_name(summarize(runs))
+    rec, dense = rows["recurrentgpt-small-isoflops-20k"], rows["gpt2-small-20k"]
+    assert (rec["val_loss"], rec["val_step"], rec["early_exit"]) == (2.9, 100, [4.0, 3.2, 2.9])
+    assert rec["early_exit_str"] == "4.000 3.200 2.900"
+    assert (dense["val_loss"], dense["early_exit"], dense["early_exit_str"]) == (3.0, None, None)
+    assert rec["train_loss"] == pytest.approx(4.0)
+    running = rows["recurrentgpt-small-isoparams-20k"]
+    assert running["val_loss"] is None and running["early_exit"] is None and running["delta_vs_dense"] is None
+
+
+def test_statuses_of_finished_running_stale_and_broken_runs(runs):
+    rows = by_name(summarize(runs))
+    status = {n: (r["status"], r["progress"]) for n, r in rows.items()}
+    assert status["gpt2-small-20k"] == (FINISHED, "100/100")
+    assert status["recurrentgpt-small-isoparams-20k"] == (RUNNING, "40/100")
+    assert rows["recurrentgpt-small-isoparams-20k"]["problem"] is None
+    assert status["recurrentgpt-medium-isoflops-20k"] == (FAILED, "30/100")
+    assert "stopped at step 30/100" in rows["recurrentgpt-medium-isoflops-20k"]["problem"]
+    broken = rows["gpt2-medium-20k"]
+    path = runs / "gpt2-medium-20k" / "metrics.jsonl"
+    assert broken["status"] == FAILED and f"{path}:3: corrupt record" in broken["problem"]
+    assert f"{path}:4: record without an integer step" in broken["problem"]
+    assert broken["steps_done"] == 20 and broken["params"] is not None  # the good lines still count
+    no_config = rows["recurrentgpt-large-isoflops-20k"]
+    assert no_config["status"] == FAILED and "config.yaml" in no_config["problem"]
+    assert (no_config["params"], no_config["progress"], no_config["budget"]) == (None, "10/?", "20k")
+    assert no_config["tokens_seen"] == 10 * TOKENS_PER_STEP  # from the records when there is no config
+    stale_ignored = by_name(summarize(runs, stale_after_s=None))["recurrentgpt-medium-isoflops-20k"]
+    assert stale_ignored["status"] == RUNNING
+
+
+def test_a_run_with_only_a_fresh_config_is_running_and_a_stale_one_is_not(tmp_path):
+    run = make_run(tmp_path, "gpt2-small-20k", "gpt2-debug")
+    assert summarize_run(run)["status"] == RUNNING and summarize_run(run)["steps_done"] == 0
+    age(run, 7200)
+    row = summarize_run(run)
+    assert row["status"] == FAILED and "no metrics.jsonl" in row["problem"]
+    assert [r["name"] for r in summarize(run)] == ["gpt2-small-20k"]  # runs_dir may be one run
+    with pytest.raises(FileNotFoundError):
+        summarize(tmp_path / "absent")
+
+
+def test_delta_against_the_dense_run_of_the_same_scale_and_budget(runs):
+    rows = by_name(summarize(runs))
+    rec = rows["recurrentgpt-small-isoflops-20k"]
+    assert rec["dense_run"] == "gpt2-small-20k" and rec["delta_vs_dense"] == pytest.approx(-0.1)
+    dense_fwd = rows["gpt2-small-20k"]["fwd_flops_per_token"]
+    assert rec["fwd_ratio_to_dense"] == pytest.approx(rec["fwd_flops_per_token"] / dense_fwd)
+    assert rows["gpt2-small-20k"]["delta_vs_dense"] is None
+    assert rows["recurrentgpt-medium-isoflops-20k"]["dense_run"] == "gpt2-medium-20k"  # dense has no eval yet
+    assert rows["recurrentgpt-medium-isoflops-20k"]["delta_vs_dense"] is None
+    order = [r["name"] for r in summarize(runs)]
+    assert order.index("gpt2-small-20k") < order.index("recurrentgpt-small-isoflops-20k") < order.index("gpt2-medium-20k")
+
+
+def test_real_grid_cells_carry_the_paper_columns(tmp_path):
+    root = tmp_path / "runs"
+    for path in write_yaml(tmp_path / "configs"):
+        if path.stem in ("gpt2-medium-20k", "recurrentgpt-medium-isoflops-20k", "recurrentgpt-large-isoparams-40k"):
+            (root / path.stem).mkdir(parents=True)
+            (root / path.stem / "config.yaml").write_text(load_config(path).to_yaml())
+    rows = by_name(summarize(root))
+    med = rows["recurrentgpt-medium-isoflops-20k"]
+    assert (med["layout"], med["budget"], med["max_steps"], med["scale"]) == ("2+5x4+2", "20k", 20000, "medium")
+    assert (med["paper_params"], med["paper_flops_fwd"]) == PAPER_TABLE1["recurrentgpt-medium-isoflops"]
+    assert med["paper_val_loss"] == 2.89 and rows["gpt2-medium-20k"]["paper_val_loss"] == 2.84
+    assert med["params"] == pytest.approx(171.1e6, rel=1e-3) and any("vs paper" in f for f in med["flags"])
+    big = rows["recurrentgpt-large-isoparams-40k"]
+    assert big["budget"] == "40k" and big["paper_val_loss"] is None  # Table 1 is the 20k budget
+    assert big["paper_params"] == PAPER_TABLE1["recurrentgpt-large-isoparams"][0]
+    assert rows["gpt2-medium-20k"]["train_flops_total"] == pytest.approx(
+        train_flops(load_config("gpt2-medium").model, 1024) * 480 * 1024 * 20000)
+    assert len(grid()) == 16 and all(r["status"] == RUNNING for r in rows.values())
+
+
+def test_markdown_csv_and_json_files(runs, tmp_path):
+    rows = summarize(runs)
+    paths = write_table(rows, tmp_path / "out")
+    assert [p.name for p in paths] == ["grid.md", "grid.csv", "grid.json"]
+    md = (tmp_path / "out" / "grid.md").read_text()
+    assert "## isoFLOPs regime" in md and "## isoParams regime" in md and "## Problems" in md
+    iso_flops = md.split("## isoFLOPs regime")[1].split("## isoParams regime")[0]
+    dense_line = next(line for line in iso_flops.splitlines() if "`gpt2-small-20k`" in line)
+    rec_line = next(line for line in iso_flops.splitlines() if "`recurrentgpt-small-isoflops-20k`" in line)
+    assert iso_flops.index(dense_line) < iso_flops.index(rec_line)
+    assert "GPT-2 small baseline" in dense_line and "| 4L |" in dense_line and "finished 100/100" in dense_line
+    assert "| 1+1x2+1 |" in rec_line and "| 2.9000 | -0.1000 |" in rec_line and "4.000 3.200 2.900" in rec_line
+    assert "`gpt2-small-20k`" in md.split("## isoParams regime")[1]  # the dense baseline heads each regime
+    assert f"{runs / 'gpt2-medium-20k' / 'metrics.jsonl'}:3" in md.split("## Problems")[1]
+    with open(tmp_path / "out" / "grid.csv") as f:
+        table = list(csv.DictReader(f))
+    assert [r["name"] for r in table] == [r["name"] for r in rows]
+    rec = next(r for r in table if r["name"] == "recurrentgpt-small-isoflops-20k")
+    assert rec["early_exit"] == "4.000 3.200 2.900" and float(rec["delta_vs_dense"]) == pytest.approx(-0.1)
+    assert int(rec["params"]) == param_count(load_config("recurrentgpt-debug").model) and rec["status"] == FINISHED
+    assert json.loads((tmp_path / "out" / "grid.json").read_text()) == rows
+
+
+def test_module_imports_without_torch():
+    code = "import sys, rgpt_dist.eval.grid; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])

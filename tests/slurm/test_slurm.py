@@ -1,0 +1,109 @@
+"""The slurm/ job scripts on a real one-node SLURM cluster (slurmctld + slurmd + munge on localhost),
+unmodified except for environment overrides that shrink the models to CPU size."""
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.dist import ROOT
+from tests.helpers.runs import losses, prepare_dataset, records
+from tests.helpers.slurm import LocalSlurm
+
+pytestmark = pytest.mark.slow
+
+SCRIPTS = sorted((ROOT / "slurm").glob("*_*.sh"))
+CPU = ["model.d_model=64", "model.n_head=4", "model.block_size=64", "train.seq_len=32", "train.micro_batch_size=2",
+       "train.global_batch_size=8", "train.warmup_steps=1", "parallel.dtype=fp32", "log.every_steps=1",
+       "log.wandb=disabled"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    try:
+        slurm = LocalSlurm.start(tmp_path_factory.mktemp("slurm"))
+    except RuntimeError as e:
+        pytest.skip(f"no local SLURM cluster: {e}")
+    yield slurm
+    slurm.stop()
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    return prepare_dataset(tmp_path_factory.mktemp("slurm-data") / "ds")
+
+
+def submit(cluster, script, runs: Path, overrides: list[str], *sbatch_args: str) -> str:
+    """sbatch from the repository root with the CPU environment; returns the job id."""
+    runs.mkdir(parents=True, exist_ok=True)  # SLURM does not create the --output directory
+    env = {"NPROC_PER_NODE": "2", "RGPT_RUNS": str(runs), "RGPT_OVERRIDES": " ".join(overrides),
+           "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT),
+           "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR", str(ROOT / ".venv" / "torch_extensions"))}
+    done = cluster.run("sbatch", "--parsable", f"--output={runs}/%x-%A_%a.out", *sbatch_args, str(script),
+                       cwd=ROOT, env=env)
+    return done.stdout.strip().split(";")[0]
+
+
+def test_sbatch_test_only_accepts_every_script(cluster):
+    """The real headers (8 GPUs, 64 CPUs per node, time, requeue, signal) against a node that
+    declares a GPU node's resources."""
+    assert len(SCRIPTS) == 5
+    for script in SCRIPTS:
+        done = cluster.run("sbatch", "--test-only", str(script), cwd=ROOT, check=False)
+        assert done.returncode == 0, (script.name, done.stderr)
+        assert "to start at" in done.stderr
+
+
+def test_small_isoflops_array_completes_with_checkpoints_and_metrics(cluster, dataset, tmp_path):
+    job = submit(cluster, ROOT / "slurm" / "small_isoflops.sh", tmp_path,
+                 [*CPU, "train.max_steps=4", "checkpoint.every_steps=2", "eval.every_steps=4", "eval.batches=2",
+                  f"data.paths=[{dataset}]"])
+    states = cluster.wait(job, timeout=600)
+    logs = "\n".join(p.read_text() for p in tmp_path.glob("*.out"))
+    assert states == {f"{job}_0": "COMPLETED", f"{job}_1": "COMPLETED"}, logs[-3000:]
+    for model in ("gpt2-small", "recurrentgpt-small-isoflops"):
+        run = tmp_path / f"{model}-20k"
+        assert (run / "checkpoints" / "latest").read_text() == "step_00000004"
+        recs = records(run)
+        assert [s for s, _ in losses(recs)] == [1, 2, 3, 4]
+        assert recs[-1]["val_loss"] > 0
+    assert "early_exit" in records(tmp_path / "recurrentgpt-small-isoflops-20k")[-1]
+
+
+def _wait_for(predicate, timeout: float, what: str):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise TimeoutError(what)
+
+
+def test_warning_signal_requeues_and_the_job_resumes_without_lost_steps(cluster, dataset, tmp_path):
+    """SIGUSR1 to the batch shell (what --signal=B:USR1@120 sends before the time limit): the ranks
+    save the step they finish, the job requeues itself and resumes from it. Every step appears once
+    and the losses equal an uninterrupted run of the same array task, bitwise."""
+    script = ROOT / "slurm" / "small_isoflops.sh"
+    overrides = [*CPU, "train.max_steps=30", "checkpoint.every_steps=100", "eval.every_steps=0", f"data.paths=[{dataset}]"]
+    job = submit(cluster, script, tmp_path / "preempted", overrides, "--array=1")
+    reference = submit(cluster, script, tmp_path / "reference", overrides, "--array=1")
+    metrics = tmp_path / "preempted" / "recurrentgpt-small-isoflops-20k" / "metrics.jsonl"
+    _wait_for(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 3, 300, "training did not start")
+    cluster.run("scancel", "--signal=USR1", "--batch", f"{job}_1")
+
+    def requeued():
+        out = cluster.run("scontrol", "-o", "show", "job", f"{job}_1").stdout
+        return "Restarts=1" in out and "JobState=PENDING" in out
+    _wait_for(requeued, 180, "the job was not requeued")
+    cluster.run("scontrol", "update", f"jobid={job}_1", "StartTime=now")  # skip SLURM's requeue delay (~2 min)
+    states = {**cluster.wait(f"{job}_1", timeout=600), **cluster.wait(reference, timeout=600)}
+    log = next((tmp_path / "preempted").glob("*.out")).read_text()
+    assert set(states.values()) == {"COMPLETED"}, log[-3000:]
+    stopped = int(log.split(" | stop requested")[0].rsplit("step", 1)[1])
+    assert 3 <= stopped < 30 and f"requeued SLURM job {job}_1" in log and "(restart 1)" in log
+    assert f"at step {stopped}" in log  # "resumed from .../step_0000000k at step k"
+    got = losses(records(metrics.parent))
+    assert [s for s, _ in got] == list(range(1, 31))
+    assert got == losses(records(tmp_path / "reference" / "recurrentgpt-small-isoflops-20k"))
