@@ -5,10 +5,12 @@
     rgpt-eval diagnostics runs/quickstart --out eval/quickstart           # per-step KL, gates, CKA, heatmap
     rgpt-eval lm-eval exports/x --tasks rgpt_example --depths 1,4,8 --out eval/x   # accuracy vs R*
     rgpt-eval lm-eval exports/x --tasks hellaswag,arc_easy --out eval/x   # standard tasks (downloads data)
+    rgpt-eval grid runs --out results                                     # Table 1 layout over a runs dir
 
 SOURCE is an rgpt-export directory or a training checkpoint (run dir, checkpoints/ or step_*); the
 validation data defaults to the run's own (`data.paths`, `data.val_split`). lm-eval needs an export
-(it loads OUT/hf). Exit status 2 on unusable input.
+(it loads OUT/hf); for the bundled tasks it also scores the items itself and reports both
+(`own_acc`, `own_acc_norm` columns must equal lm-eval's). Exit status 2 on unusable input.
 """
 from __future__ import annotations
 
@@ -42,7 +44,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--depths", type=_ints, help="RecurrentGPT: comma-separated R* values to sweep")
     s.add_argument("--include-path", help="extra directory of lm-eval task YAMLs")
     s.add_argument("--limit", type=int, help="items per task (smoke runs)")
-    s.add_argument("--batch-size", type=int, default=8)
+    s.add_argument("--batch-size", type=int, default=1, help="1 reproduces our own scoring bitwise")
+    s = sub.add_parser("grid", help="final loss, parameters, FLOPs and early-exit curve of every run (Table 1)")
+    s.add_argument("runs_dir", help="directory holding run directories (runs/<model>-<budget>)")
+    s.add_argument("--out", required=True)
     return p
 
 
@@ -97,11 +102,38 @@ def lm_eval(args) -> Path:
     tasks = [t for t in args.tasks.split(",") if t]
     common = dict(include_path=args.include_path, limit=args.limit, batch_size=args.batch_size)
     if args.depths:
-        results = depth_sweep(hf_dir, tasks, args.depths, **common)
+        runs = depth_sweep(hf_dir, tasks, args.depths, **common)
     else:
-        results = run_lm_eval(hf_dir, tasks, **common)
-    written = write_results(results, args.out)
+        runs = [run_lm_eval(hf_dir, tasks, **common)]
+    for run in runs:
+        _own_scores(hf_dir, run, args.limit)
+    written = write_results(runs, args.out)
+    for run in runs:
+        for task, m in run["tasks"].items():
+            own = f" (own {m['own_acc']:.4f})" if "own_acc" in m else ""
+            print(f"R*={run.get('r_eval')}  {task}: acc {m.get('acc', float('nan')):.4f}{own}  n={m.get('n')}")
     print(json.dumps({k: str(v) for k, v in written.items()}))
+    return Path(args.out)
+
+
+def _own_scores(hf_dir: Path, run: dict, limit: int | None) -> None:
+    """Our own multiple-choice scoring of the bundled tasks beside lm-eval's, at the run's depth."""
+    from rgpt_dist.eval.harness import BUNDLED_TASK_DATA, own_accuracy
+
+    extra = {} if run.get("r_eval") is None else {"r_eval": run["r_eval"]}
+    for task, metrics in run["tasks"].items():
+        if task in BUNDLED_TASK_DATA:
+            own = own_accuracy(hf_dir, BUNDLED_TASK_DATA[task], model_args_extra=extra, limit=limit)
+            metrics.update(own_acc=own["acc"], own_acc_norm=own["acc_norm"])
+
+
+def grid(args) -> Path:
+    from rgpt_dist.eval.grid import summarize, write_table
+
+    rows = summarize(args.runs_dir)
+    paths = write_table(rows, Path(args.out))
+    print((Path(args.out) / "grid.md").read_text())
+    print(f"wrote {', '.join(str(p) for p in paths)}")
     return Path(args.out)
 
 
@@ -110,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     from rgpt_dist.export.consolidate import ExportError
 
     try:
-        {"curve": curve, "diagnostics": diagnostics, "lm-eval": lm_eval}[args.command](args)
+        {"curve": curve, "diagnostics": diagnostics, "lm-eval": lm_eval, "grid": grid}[args.command](args)
     except (ExportError, ValueError, FileNotFoundError) as e:
         print(f"rgpt-eval: {e}", file=sys.stderr)
         return 2

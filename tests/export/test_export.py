@@ -171,3 +171,33 @@ def test_recurrent_export_round_trip_native_equals_hf(runs, name, hf_env, tmp_pa
             mine = native(ids, r=r).logits[..., :native.cfg.vocab_size]
             theirs = hf(ids, use_cache=False).logits
         assert (mine - theirs).abs().max() < 1e-5, (name, r)
+
+
+def test_lm_eval_on_a_recurrent_export_equals_our_own_scoring(runs, tmp_path):
+    """`lm_eval --model hf --model_args pretrained=<export>,trust_remote_code=True --tasks rgpt_example
+    --include_path <tasks>` runs offline on the export of a trained RecurrentGPT, and its accuracy is
+    what `rgpt-eval lm-eval` computes itself; the depth sweep reaches the model."""
+    import glob
+
+    from rgpt_dist.eval.harness import TASKS_DIR
+
+    out = tmp_path / "exp"
+    assert export_cli(runs["zero3"], out).returncode == 0
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "HF_HOME": str(tmp_path / "hf_home"), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args",
+           f"pretrained={out / 'hf'},trust_remote_code=True", "--tasks", "rgpt_example", "--include_path",
+           str(TASKS_DIR), "--device", "cpu", "--batch_size", "1", "--output_path", str(tmp_path / "lm")]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [results] = glob.glob(str(tmp_path / "lm" / "**" / "results_*.json"), recursive=True)
+    theirs = json.loads(open(results).read())["results"]["rgpt_example"]
+    done = subprocess.run([sys.executable, "-m", "launcher.eval", "lm-eval", str(out), "--depths", "1,4",
+                           "--out", str(tmp_path / "ours")], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ours = {r["r_eval"]: r["tasks"]["rgpt_example"]
+            for r in json.loads((tmp_path / "ours" / "lm_eval_results.json").read_text())["runs"]}
+    for m in ours.values():
+        assert m["acc"] == m["own_acc"] and m["acc_norm"] == m["own_acc_norm"]
+    assert ours[4]["acc"] == theirs["acc,none"]  # R* = R is the export's default depth

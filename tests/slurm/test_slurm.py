@@ -69,6 +69,10 @@ def test_small_isoflops_array_completes_with_checkpoints_and_metrics(cluster, da
         assert [s for s, _ in losses(recs)] == [1, 2, 3, 4]
         assert recs[-1]["val_loss"] > 0
     assert "early_exit" in records(tmp_path / "recurrentgpt-small-isoflops-20k")[-1]
+    from launcher.eval import main as rgpt_eval  # the grid summary of what the array produced
+    assert rgpt_eval(["grid", str(tmp_path), "--out", str(tmp_path / "grid")]) == 0
+    rows = json.loads((tmp_path / "grid" / "grid.json").read_text())
+    assert sorted(r["status"] for r in rows) == ["finished", "finished"]
 
 
 def _wait_for(predicate, timeout: float, what: str):
