@@ -6,7 +6,7 @@ PIP     := $(PY) -m pip
 STAMP   := .venv/.installed
 export PYTHONHASHSEED := 0
 
-.PHONY: venv vocab test test-fast quickstart bench configs lock clean
+.PHONY: venv vocab test test-fast quickstart quickstart-eval bench configs lock clean
 
 venv: $(STAMP)
 
@@ -38,6 +38,14 @@ quickstart: vocab
 	  .venv/bin/rgpt-prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
 	rm -rf runs/quickstart
 	$(CPU_ENV) .venv/bin/torchrun --standalone --nproc_per_node 2 launcher/train.py configs/experiments/quickstart.yaml
+
+# Export the quickstart's checkpoint and evaluate it: early-exit curve, Appendix E diagnostics and the
+# bundled lm-eval task over depths; outputs in eval/quickstart (shown in README.md).
+quickstart-eval: vocab
+	.venv/bin/rgpt-export runs/quickstart exports/quickstart --overwrite
+	$(CPU_ENV) .venv/bin/rgpt-eval curve exports/quickstart --data data/python-stdlib --batches 10 --out eval/quickstart
+	$(CPU_ENV) .venv/bin/rgpt-eval diagnostics exports/quickstart --data data/python-stdlib --batches 4 --out eval/quickstart
+	$(CPU_ENV) HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 .venv/bin/rgpt-eval lm-eval exports/quickstart --depths 0,1,4,8 --out eval/quickstart
 
 bench: vocab
 	$(PY) benchmarks/model_throughput.py
