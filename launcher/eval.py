@@ -118,7 +118,8 @@ def lm_eval(args) -> Path:
 
 def _own_scores(hf_dir: Path, run: dict, limit: int | None) -> None:
     """Our own multiple-choice scoring of the bundled tasks beside lm-eval's, at the run's depth."""
-    from rgpt_dist.eval.harness import BUNDLED_TASK_DATA, own_accuracy
+    from rgpt_dist.eval.harness import BUNDLED_TASK_DATA
+    from rgpt_dist.eval.scoring import own_accuracy
 
     extra = {} if run.get("r_eval") is None else {"r_eval": run["r_eval"]}
     for task, metrics in run["tasks"].items():

@@ -17,8 +17,8 @@ import torch
 
 from rgpt_dist.config import GPT2Config, RecurrentGPTConfig
 from rgpt_dist.eval.harness import (EXAMPLE_DATA, EXAMPLE_TASK, TASKS_DIR, HarnessError, depth_sweep,
-                                    encode_pair, load_task_items, own_accuracy, run_lm_eval,
-                                    write_results)
+                                    run_lm_eval, write_results)
+from rgpt_dist.eval.scoring import encode_pair, load_task_items, own_accuracy
 from rgpt_dist.registry import build_model
 
 N_ITEMS = 35
