@@ -5,6 +5,11 @@
     rgpt-flops configs/models/recurrentgpt-debug.yaml --set model.n_loops=8
     rgpt-flops --solve n_loops --dense gpt2-medium --n-pre 2 --n-coda 2 --n-rec 5
     rgpt-flops --solve n_rec --dense gpt2-large --n-pre 1 --n-coda 5 --n-loops 6
+    rgpt-flops --budget 20k,40k --gpu-peak 989e12 --mfu 0.4  # training FLOPs, GPU-hours, 8-GPU node hours
+
+With --budget each target gets one row per budget: total training FLOPs (3 x Eq. 1 forward at E[r],
+head included, x tokens/step x steps), GPU-hours at the assumed peak and MFU, and hours on one node
+of --gpus-per-node GPUs (perfect scaling; evaluation, checkpoints and restarts not included).
 """
 from __future__ import annotations
 
@@ -13,13 +18,40 @@ import json
 import sys
 
 from rgpt_dist.config import DENSE_REFERENCE, FLAVOURS, ConfigError, GPT2Config, load_config
-from rgpt_dist.flops import report, solve_isoflops
+from rgpt_dist.config.experiments import BUDGETS
+from rgpt_dist.flops import gpu_hours, report, solve_isoflops, total_train_flops
 
 _COLUMNS = [("name", "{}"), ("layout", "{}"), ("params", "{:,.0f}"), ("params_no_embedding", "{:,.0f}"),
             ("unique_blocks", "{}"), ("block_executions", "{}"), ("fwd_flops_per_token", "{:.4g}"),
             ("head_flops_per_token", "{:.4g}"), ("expected_r", "{}"), ("train_flops_per_token", "{:.4g}"),
             ("fwd_ratio_to_dense", "{:.3f}"), ("paper_params", "{:.3g}"), ("paper_flops_fwd", "{:.3g}"),
             ("paper_fwd_ratio_to_dense", "{:.3f}")]
+_COST_COLUMNS = [("name", "{}"), ("layout", "{}"), ("params", "{:,.0f}"), ("expected_r", "{}"),
+                 ("train_flops_per_token", "{:.4g}"), ("budget", "{}"), ("steps", "{:,}"), ("tokens", "{:.4g}"),
+                 ("train_flops_total", "{:.3e}"), ("gpu_hours", "{:,.1f}"), ("node_hours", "{:,.1f}")]
+
+
+def _budget(text: str) -> list[tuple[str, int]]:
+    """--budget: comma-separated 20k, 40k (the grid's budgets), Nk or a plain step count."""
+    out = []
+    for item in (t.strip() for t in text.split(",")):
+        steps = BUDGETS.get(item)
+        if steps is None:
+            digits = item[:-1] if item.lower().endswith("k") else item
+            if not digits.isdigit() or int(digits) <= 0:
+                raise argparse.ArgumentTypeError(f"{item!r} is not 20k, 40k, Nk or a positive step count")
+            steps = int(digits) * (1000 if digits != item else 1)
+        out.append((item, steps))
+    return out
+
+
+def _positive(kind):
+    def parse(text: str):
+        value = kind(text)
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{text} must be > 0")
+        return value
+    return parse
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,6 +67,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--n-coda", type=int, default=1, help="coda blocks for --solve")
     p.add_argument("--n-rec", type=int, help="shared blocks for --solve n_loops")
     p.add_argument("--n-loops", type=int, help="recurrence depth R for --solve n_rec")
+    p.add_argument("--budget", type=_budget, metavar="20k|40k|N[,...]",
+                   help="training steps (comma-separated for several): adds total training FLOPs and GPU-hours")
+    p.add_argument("--tokens-per-step", type=_positive(int),
+                   help="tokens per optimizer step (default: the target's train.global_batch_size x --seq-len)")
+    p.add_argument("--gpu-peak", type=_positive(float), default=989e12,
+                   help="peak FLOP/s of one GPU (default 989e12: H100/H200 dense bf16)")
+    p.add_argument("--mfu", type=_positive(float), default=0.4,
+                   help="assumed model FLOPs utilisation, 0 < MFU <= 1 (default 0.4)")
+    p.add_argument("--gpus-per-node", type=_positive(int), default=8, help="GPUs per node for node_hours (default 8)")
     return p
 
 
@@ -49,8 +90,38 @@ def _table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _cost_table(rows: list[dict], args: argparse.Namespace) -> str:
+    cells = [[c for c, _ in _COST_COLUMNS]]
+    for row in rows:
+        cells.append([fmt.format(row[c]) if row.get(c) is not None else "-" for c, fmt in _COST_COLUMNS])
+    widths = [max(len(r[i]) for r in cells) for i in range(len(_COST_COLUMNS))]
+    lines = ["  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in cells]
+    lines.append(f"assumed: peak {args.gpu_peak / 1e12:g} TFLOP/s per GPU, MFU {args.mfu:.0%} (an assumption, not a "
+                 f"measurement), node_hours = gpu_hours / {args.gpus_per_node} GPUs (perfect scaling); "
+                 f"evaluation, checkpoints, start-up and restarts not included")
+    return "\n".join(lines)
+
+
+def _costs(row: dict, cfg, tokens_per_step: int, args: argparse.Namespace) -> list[dict]:
+    """One row per budget: the report row plus the run's totals."""
+    out = []
+    for budget, steps in args.budget:
+        hours = gpu_hours(cfg, args.seq_len, steps, tokens_per_step, args.gpu_peak, args.mfu)
+        out.append({**row, "budget": budget, "steps": steps, "tokens_per_step": tokens_per_step,
+                    "tokens": steps * tokens_per_step,
+                    "train_flops_total": total_train_flops(cfg, args.seq_len, steps, tokens_per_step),
+                    "gpu_peak": args.gpu_peak, "mfu": args.mfu, "gpu_hours": hours,
+                    "gpus_per_node": args.gpus_per_node, "node_hours": hours / args.gpus_per_node})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.mfu > 1:
+        parser.error(f"--mfu {args.mfu} must be <= 1")
+    if args.solve and args.budget:
+        parser.error("--budget does not apply to --solve")
     try:
         if args.solve:
             dense = load_config(args.dense or "gpt2-medium", args.set).model
@@ -64,14 +135,19 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         rows = []
         for target in args.targets or list(FLAVOURS):
-            cfg = load_config(target, args.set).model
+            full = load_config(target, args.set)
+            cfg = full.model
             dense_name = args.dense or DENSE_REFERENCE.get(target)
             dense = load_config(dense_name).model if dense_name else None  # overrides are for targets
-            rows.append(report(str(target), cfg, args.seq_len, dense))
+            row = report(str(target), cfg, args.seq_len, dense)
+            if args.budget:
+                rows += _costs(row, cfg, args.tokens_per_step or full.train.global_batch_size * args.seq_len, args)
+            else:
+                rows.append(row)
     except (ConfigError, ValueError) as e:
         print(f"rgpt-flops: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(rows, indent=2) if args.json else _table(rows))
+    print(json.dumps(rows, indent=2) if args.json else _cost_table(rows, args) if args.budget else _table(rows))
     return 0
 
 

@@ -34,6 +34,13 @@ def main(argv: list[str] | None = None) -> int:
         if int(os.environ.get("RANK", 0)) == 0:
             print(f"train: {e}", file=sys.stderr)
         return 2
+    if int(os.environ.get("RANK", 0)) == 0:
+        from rgpt_dist.train.run_lock import RunDirBusy, lock_run_dir
+        try:
+            lock_run_dir(cfg.log.run_dir)
+        except RunDirBusy as e:
+            print(f"train: {e}", file=sys.stderr)
+            return 2
     from rgpt_dist.train.run import train
     return train(cfg)
 

@@ -202,3 +202,25 @@ def _dense_name(cfg: ModelConfig) -> str | None:
                 and data["n_layer"] == getattr(cfg, "n_layer", None)):
             return name
     return None
+
+
+def total_train_flops(cfg: ModelConfig, seq_len: int, steps: int, tokens_per_step: int) -> float:
+    """Training FLOPs of a whole run: train_flops (3 x Eq. 1 forward at E[r], head included) per token
+    x tokens_per_step x steps. Activation-checkpointing recomputation is not included (as in MFU)."""
+    if steps < 0 or tokens_per_step <= 0:
+        raise ValueError(f"steps={steps} must be >= 0 and tokens_per_step={tokens_per_step} > 0")
+    return train_flops(cfg, seq_len) * tokens_per_step * steps
+
+
+def gpu_hours(cfg: ModelConfig, seq_len: int, steps: int, tokens_per_step: int, peak_flops_per_gpu: float,
+              mfu: float) -> float:
+    """Estimated GPU-hours of a run: total_train_flops / (peak_flops_per_gpu x mfu) / 3600.
+
+    `mfu` is the model FLOPs utilisation assumed (0 < mfu <= 1), in the trainer's own sense (Eq. 1
+    FLOPs of the depth run, recomputation not counted); `peak_flops_per_gpu` e.g. 989e12 (H100/H200
+    dense bf16). Evaluation, checkpointing, start-up and restarts are not included."""
+    if not 0 < mfu <= 1:
+        raise ValueError(f"mfu={mfu} must be in (0, 1]")
+    if peak_flops_per_gpu <= 0:
+        raise ValueError(f"peak_flops_per_gpu={peak_flops_per_gpu} must be > 0")
+    return total_train_flops(cfg, seq_len, steps, tokens_per_step) / (peak_flops_per_gpu * mfu) / 3600.0

@@ -6,8 +6,9 @@
 # srun starts one torchrun per node; torchrun rendezvouses from the SLURM allocation (c10d on the
 # first node) and starts NPROC_PER_NODE ranks of launcher/train.py. SLURM's warning signal
 # (--signal=B:USR1@120) reaches this shell, which passes it to the job step; torchrun forwards it
-# to its ranks, which finish the current step, save it and ask SLURM to requeue the job
-# (rgpt_dist/train/preemption.py). The requeued job resumes from that checkpoint.
+# to its ranks, which finish the current step and save it (rgpt_dist/train/preemption.py); this
+# shell then requeues the job (`scontrol requeue`, on the host: it works with containers that lack
+# the SLURM client too), and the requeued job resumes from that checkpoint.
 #
 # Environment overrides (all optional):
 #   BUDGET=20k|40k          training budget (standard / doubled)                   [20k]
@@ -56,7 +57,8 @@ MASTER_PORT=${MASTER_PORT:-$(( 20000 + ${SLURM_JOB_ID:-0} % 20000 ))}
 SHUTDOWN_TIMEOUT=${SHUTDOWN_TIMEOUT:-110}
 
 # shellcheck disable=SC2206  # RGPT_OVERRIDES is a space-separated list on purpose
-OVERRIDES=("log.run_dir=$RUN_DIR" ${RGPT_OVERRIDES:-})
+# the batch shell requeues (below), so the trainer must not as well
+OVERRIDES=("log.run_dir=$RUN_DIR" "checkpoint.requeue=false" ${RGPT_OVERRIDES:-})
 # shellcheck disable=SC2206,SC2054  # SRUN_ARGS splits on purpose; the commas are in --signals-to-handle
 CMD=(srun --kill-on-bad-exit=1 --ntasks-per-node=1 --nodes="$NNODES" ${SRUN_ARGS:-}
      "$RGPT_PYTHON" -m torch.distributed.run
@@ -74,9 +76,11 @@ fi
 cd "$RGPT_ROOT"
 "${CMD[@]}" &
 STEP_PID=$!
+SIGNALLED=0
 # shellcheck disable=SC2329  # invoked by the traps below
 forward() {  # the batch shell got the warning signal: pass it to every task of the job step
     echo "[$(date -Is)] $1 received: asking the ranks to save and stop"
+    SIGNALLED=1
     scancel --signal="$1" "${SLURM_JOB_ID}" || kill -"$1" "$STEP_PID"
 }
 trap 'forward USR1' USR1
@@ -89,4 +93,10 @@ done
 wait "$STEP_PID" 2>/dev/null; late=$?   # the real status if a trap interrupted the last wait
 (( late != 127 )) && status=$late
 echo "[$(date -Is)] job step finished with status $status"
+if (( SIGNALLED && status != 0 )); then  # stopped early on the warning: continue in a new allocation
+    job="${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}}"
+    job="${job:-$SLURM_JOB_ID}"
+    echo "[$(date -Is)] requeueing job $job"
+    scontrol requeue "$job"
+fi
 exit "$status"

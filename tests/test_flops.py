@@ -4,8 +4,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from rgpt_dist.config import FLAVOURS, GPT2Config, RecurrentGPTConfig, load_config
-from rgpt_dist.flops import (PAPER_TABLE1, block_executions, executed_forward_flops, forward_flops, head_flops,
-                             param_count, report, solve_isoflops, train_flops)
+from rgpt_dist.flops import (PAPER_TABLE1, block_executions, executed_forward_flops, forward_flops, gpu_hours,
+                             head_flops, param_count, report, solve_isoflops, total_train_flops, train_flops)
 from rgpt_dist.registry import build_model
 
 
@@ -103,3 +103,32 @@ def test_solver_finds_the_isoflops_depth():
     assert 4 < out["exact"] < 5 and out["block_matched"] == 5
     with pytest.raises(ValueError, match="exactly one"):
         solve_isoflops(dense, 2, 2, 1024)
+
+
+def test_gpu_hours_against_a_hand_computation():
+    """recurrentgpt-medium-isoflops (2+5x4+2, d=1024, V=50,257, Uniform{1..4}: E[r] = 2.5) at S=1024,
+    20,000 steps of 480 x 1024 tokens, worked out by hand:
+    block 24 d^2 + 4 S d = 25,165,824 + 4,194,304 = 29,360,128; blocks run 2 + 5 x 2.5 + 2 = 16.5
+    -> 484,442,112; recurrence 2.5 x 10 d^2 = 26,214,400; head 2 d V = 102,926,336;
+    forward 613,582,848 per token, training x3 = 1,840,748,544 per token."""
+    cfg = load_config("recurrentgpt-medium-isoflops").model
+    tokens = 20_000 * 480 * 1024
+    assert tokens == 9_830_400_000
+    total = 1_840_748_544 * tokens
+    assert total_train_flops(cfg, 1024, 20_000, 480 * 1024) == pytest.approx(total, rel=1e-12)
+    hours = gpu_hours(cfg, 1024, 20_000, 480 * 1024, 989e12, 0.4)
+    assert hours == pytest.approx(total / (989e12 * 0.4) / 3600, rel=1e-12)
+    assert round(hours, 2) == 12.71  # 1.8095e19 FLOPs / 3.956e14 FLOP/s = 45,742 s
+    assert gpu_hours(cfg, 1024, 40_000, 480 * 1024, 989e12, 0.2) == pytest.approx(4 * hours)  # linear in steps, 1/mfu
+
+
+def test_gpu_hours_of_a_dense_model_and_bad_arguments():
+    cfg = load_config("gpt2-small").model  # 12 x (24 d^2 + 4 S d) + 2 d V at d=768, S=1024
+    per_token = 3 * (12 * (24 * 768 ** 2 + 4 * 1024 * 768) + 2 * 768 * 50257)
+    assert gpu_hours(cfg, 1024, 1000, 4096, 1e15, 0.5) == pytest.approx(per_token * 4096 * 1000 / 5e14 / 3600)
+    assert total_train_flops(cfg, 1024, 0, 4096) == 0
+    for bad in (dict(mfu=0), dict(mfu=1.5), dict(peak_flops_per_gpu=0)):
+        with pytest.raises(ValueError):
+            gpu_hours(cfg, 1024, 1000, 4096, **{"peak_flops_per_gpu": 1e15, "mfu": 0.5, **bad})
+    with pytest.raises(ValueError):
+        total_train_flops(cfg, 1024, -1, 4096)

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 BUDGETS = {"20k": 20000, "40k": 40000}
+MICRO_BATCH = 6
 CELLS = ["gpt2-small", "gpt2-medium", "gpt2-large", "recurrentgpt-small-isoflops", "recurrentgpt-medium-isoflops",
          "recurrentgpt-large-isoflops", "recurrentgpt-medium-isoparams", "recurrentgpt-large-isoparams"]
 
@@ -25,7 +26,9 @@ def grid() -> dict[str, dict[str, Any]]:
             name = f"{cell}-{budget}"
             out[name] = {
                 "model": cell,
-                "train": {"max_steps": steps},  # the rest is the paper recipe: TrainConfig's defaults
+                # the rest is the paper recipe (TrainConfig's defaults); micro-batch 6 divides the
+                # 480-sequence batch on 8 or 16 GPUs (accumulation 10 or 5)
+                "train": {"max_steps": steps, "micro_batch_size": MICRO_BATCH},
                 "data": {"paths": ["data/pretrain"]},
                 "parallel": {"zero_stage": 2, "dtype": "bf16", "activation_checkpointing": "recurrence"},
                 "checkpoint": {"every_steps": 1000, "keep_last": 3},
@@ -43,7 +46,8 @@ def write_yaml(directory: str | Path) -> list[Path]:
         path = directory / f"{name}.yaml"
         header = (f"# Paper grid cell {name}: generated from rgpt_dist/config/experiments.py (`make configs`).\n"
                   f"# Prepare data/pretrain with rgpt-prep --seq-len 1024; tokens/step = 480 x 1024 on any GPU\n"
-                  f"# count (pick train.micro_batch_size so 480 divides by micro x GPUs).\n")
+                  f"# count: micro-batch {MICRO_BATCH} fits 8 or 16 GPUs; otherwise pick train.micro_batch_size so\n"
+                  f"# that 480 divides by micro x GPUs (checked before launch).\n")
         path.write_text(header + yaml.safe_dump(data, sort_keys=False))
         written.append(path)
     return written

@@ -76,6 +76,7 @@ def train(cfg: Config) -> int:
     torch.distributed.barrier()
     if finished:
         return 0
-    if dims.is_main and cfg.checkpoint.requeue:
-        print(requeue_slurm_job(), flush=True)
+    if dims.is_main:
+        print(requeue_slurm_job() if cfg.checkpoint.requeue else "stopped on a signal: run again to resume",
+              flush=True)
     return EXIT_PREEMPTED

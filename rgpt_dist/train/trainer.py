@@ -78,12 +78,27 @@ class Trainer:
         if tag is None:
             return False
         state = self.ckpt.load(self.engine, tag)
+        self._check_same_run(state.get("config"), tag)
         self.step, self.tokens = state["step"], state["tokens"]
         self.train_loader.load_state_dict(state["loader"])
         self.sink.resume_at(self.step)
         if self.dims.is_main:
             print(f"resumed from {self.ckpt.dir / tag} at step {self.step}", flush=True)
         return True
+
+    def _check_same_run(self, saved: dict | None, tag: str) -> None:
+        """A checkpoint continues only the run that wrote it: same model, seed and sharding (the
+        budget, schedule and logging may change, e.g. to extend a run to the doubled budget)."""
+        if saved is None:
+            return
+        now = self.cfg.to_dict()
+        keys = [("model", k) for k in now["model"]] + [("train", "seed"), ("parallel", "tp_size"),
+                                                        ("parallel", "zero_stage")]
+        diffs = [f"{a}.{b}: checkpoint {saved.get(a, {}).get(b)!r}, config {now[a][b]!r}"
+                 for a, b in keys if saved.get(a, {}).get(b) != now[a][b]]
+        if diffs:
+            raise ValueError(f"{self.ckpt.dir / tag} belongs to a different run ({'; '.join(diffs)}): give this "
+                             f"run its own log.run_dir (or checkpoint.dir), or checkpoint.resume=false")
 
     # ---- one optimizer step -----------------------------------------------------------------
     def train_step(self) -> dict[str, Any]:

@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 from launcher.flops import main
 from rgpt_dist.config import FLAVOURS
 
@@ -38,3 +40,51 @@ def test_errors_exit_2_with_a_message(capsys):
     assert main(["recurrentgpt-debug", "--set", "model.tau=0"]) == 2
     assert "model.tau=0.0 must be > 0" in capsys.readouterr().err
     assert main(["--solve", "n_loops", "--dense", "recurrentgpt-debug", "--n-rec", "1"]) == 2
+
+
+def test_budget_adds_training_flops_and_gpu_hours_per_budget(capsys):
+    assert main(["recurrentgpt-medium-isoflops", "gpt2-medium", "--budget", "20k,40k", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["name"], r["budget"], r["steps"]) for r in rows] == [
+        ("recurrentgpt-medium-isoflops", "20k", 20000), ("recurrentgpt-medium-isoflops", "40k", 40000),
+        ("gpt2-medium", "20k", 20000), ("gpt2-medium", "40k", 40000)]
+    rec = rows[0]  # the hand computation of tests/test_flops.py: 1,840,748,544 FLOPs per token
+    assert rec["tokens_per_step"] == 491520 and rec["tokens"] == 9_830_400_000
+    assert rec["train_flops_total"] == pytest.approx(1_840_748_544 * 9_830_400_000, rel=1e-12)
+    assert rec["gpu_hours"] == pytest.approx(rec["train_flops_total"] / (989e12 * 0.4) / 3600, rel=1e-12)
+    assert rec["node_hours"] == pytest.approx(rec["gpu_hours"] / 8) and rec["gpus_per_node"] == 8
+    assert rows[1]["gpu_hours"] == pytest.approx(2 * rec["gpu_hours"])
+    assert rec["expected_r"] == 2.5 and rec["layout"] == "2+5x4+2"  # the report columns are still there
+
+
+def test_budget_table_and_its_options(capsys):
+    assert main(["recurrentgpt-medium-isoflops", "--budget", "20k", "--gpu-peak", "989e12", "--mfu", "0.4"]) == 0
+    out = capsys.readouterr().out
+    header, row, note = out.splitlines()
+    assert header.split() == ["name", "layout", "params", "expected_r", "train_flops_per_token", "budget", "steps",
+                              "tokens", "train_flops_total", "gpu_hours", "node_hours"]
+    assert row.split() == ["recurrentgpt-medium-isoflops", "2+5x4+2", "171,128,832", "2.5", "1.841e+09", "20k",
+                           "20,000", "9.83e+09", "1.810e+19", "12.7", "1.6"]
+    assert note.startswith("assumed: peak 989 TFLOP/s per GPU, MFU 40% (an assumption, not a measurement)")
+    assert main(["recurrentgpt-medium-isoflops", "--budget", "5k,1000", "--mfu", "0.5", "--gpu-peak", "1e15",
+                 "--gpus-per-node", "4", "--tokens-per-step", "1000", "--json"]) == 0
+    five, one = json.loads(capsys.readouterr().out)
+    assert (five["steps"], one["steps"], five["tokens"]) == (5000, 1000, 5_000_000)
+    assert five["gpu_hours"] == pytest.approx(1_840_748_544 * 5_000_000 / 5e14 / 3600)
+    assert five["node_hours"] == pytest.approx(five["gpu_hours"] / 4)
+    assert main(["recurrentgpt-medium-isoflops", "--budget", "20k", "--set", "train.global_batch_size=240",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["tokens_per_step"] == 240 * 1024
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--budget", "20x"], "'20x' is not 20k, 40k, Nk or a positive step count"),
+    (["--budget", "0"], "'0' is not 20k"),
+    (["--budget", "20k", "--mfu", "1.5"], "--mfu 1.5 must be <= 1"),
+    (["--budget", "20k", "--mfu", "0"], "0 must be > 0"),
+    (["--budget", "20k", "--solve", "n_loops", "--n-rec", "5"], "--budget does not apply to --solve"),
+])
+def test_bad_budget_options_exit_2(capsys, argv, message):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err

@@ -61,7 +61,8 @@ def test_dry_run_composes_srun_torchrun_and_the_config():
     assert "srun --kill-on-bad-exit=1 --ntasks-per-node=1 --nodes=1 --container-image=rgpt:latest" in out
     assert "--nproc_per_node=4" in out and "--rdzv_id=4242" in out and "SIGUSR1" in out
     assert f"{ROOT}/configs/experiments/recurrentgpt-medium-isoparams-40k.yaml" in out
-    assert f"log.run_dir={ROOT}/runs/recurrentgpt-medium-isoparams-40k train.seed=7 log.every_steps=5" in out
+    assert (f"log.run_dir={ROOT}/runs/recurrentgpt-medium-isoparams-40k checkpoint.requeue=false train.seed=7 "
+            "log.every_steps=5") in out  # the batch shell requeues, not the trainer
 
 
 @pytest.mark.parametrize("env,task,message", [({}, 2, "this cell has 2 models"),

@@ -106,7 +106,7 @@ def test_warning_signal_requeues_and_the_job_resumes_without_lost_steps(cluster,
     log = next((tmp_path / "preempted").glob("*.out")).read_text()
     assert set(states.values()) == {"COMPLETED"}, log[-3000:]
     stopped = int(log.split(" | stop requested")[0].rsplit("step", 1)[1])
-    assert 3 <= stopped < 30 and f"requeued SLURM job {job}_1" in log and "(restart 1)" in log
+    assert 3 <= stopped < 30 and f"requeueing job {job}_1" in log and "(restart 1)" in log
     assert f"at step {stopped}" in log  # "resumed from .../step_0000000k at step k"
     got = losses(records(metrics.parent))
     assert [s for s, _ in got] == list(range(1, 31))

@@ -68,3 +68,15 @@ def test_signal_saves_the_step_and_the_rerun_resumes_exactly(target, dataset, un
     resumed = losses(train(2, tmp_path, dataset, *ARGS))
     assert [s for s, _ in resumed] == list(range(1, 31))  # every step exactly once
     assert resumed == uninterrupted  # bitwise: nothing lost, repeated or perturbed
+
+
+def test_a_checkpoint_resumes_only_the_run_that_wrote_it(dataset, tmp_path):
+    """Another model or seed in the same run directory is refused instead of silently continuing
+    the old run; a longer budget (the doubled-budget case) continues it."""
+    short = [a for a in ARGS if not a.startswith("train.max_steps")]
+    train(1, tmp_path, dataset, *short, "train.max_steps=2", "checkpoint.every_steps=2")
+    for changed in ("model.n_loops=3", "train.seed=7"):
+        with pytest.raises(AssertionError, match="belongs to a different run") as e:
+            train(1, tmp_path, dataset, *short, "train.max_steps=3", changed)
+        assert changed.split("=")[0] in str(e.value)
+    assert [s for s, _ in losses(train(1, tmp_path, dataset, *short, "train.max_steps=3"))] == [1, 2, 3]
