@@ -35,6 +35,7 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--split", help="split to evaluate (default: the run's data.val_split)")
         s.add_argument("--batch-size", type=int, default=8)
         s.add_argument("--batches", type=int, default=20, help="number of batches (file order)")
+        s.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, or auto (cuda when available)")
     sub.choices["curve"].add_argument("--depths", type=_ints, help="comma-separated R* values (default 0..2R)")
     sub.choices["diagnostics"].add_argument("--r", type=int, help="depth to diagnose (default R)")
     s = sub.add_parser("lm-eval", help="lm-evaluation-harness on OUT/hf, optionally over depths")
@@ -45,28 +46,39 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--include-path", help="extra directory of lm-eval task YAMLs")
     s.add_argument("--limit", type=int, help="items per task (smoke runs)")
     s.add_argument("--batch-size", type=int, default=1, help="1 reproduces our own scoring bitwise")
+    s.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, or auto (cuda when available)")
     s = sub.add_parser("grid", help="final loss, parameters, FLOPs and early-exit curve of every run (Table 1)")
     s.add_argument("runs_dir", help="directory holding run directories (runs/<model>-<budget>)")
     s.add_argument("--out", required=True)
     return p
 
 
-def _batches(args, record: dict):
-    from rgpt_dist.eval.early_exit import val_batches
+def _device(name: str) -> str:
+    import torch
 
+    return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
+
+
+def _model_and_batches(args):
+    """The model (on --device) and the validation batches (there too)."""
+    from rgpt_dist.eval.early_exit import val_batches
+    from rgpt_dist.eval.source import load_model
+
+    model, record = load_model(args.source)
+    device = _device(args.device)
     data = record.get("data", {})
     paths = args.data or data.get("paths")
     if not paths:
         raise ValueError("no validation data: pass --data (the export records none)")
-    return val_batches(paths, args.split or data.get("val_split", "val"), args.batch_size, args.batches)
+    batches = val_batches(paths, args.split or data.get("val_split", "val"), args.batch_size, args.batches)
+    return model.to(device), [(x.to(device), y.to(device)) for x, y in batches], record
 
 
 def curve(args) -> Path:
     from rgpt_dist.eval.early_exit import early_exit_curve, write_curve
-    from rgpt_dist.eval.source import load_model
 
-    model, record = load_model(args.source)
-    rows = early_exit_curve(model, _batches(args, record), args.depths)
+    model, batches, record = _model_and_batches(args)
+    rows = early_exit_curve(model, batches, args.depths)
     out = Path(args.out)
     write_curve(rows, out, f"{args.source} (step {record.get('step')})")
     for row in rows:
@@ -77,12 +89,10 @@ def curve(args) -> Path:
 def diagnostics(args) -> Path:
     from rgpt_dist.data.tokenizer import get_encoding
     from rgpt_dist.eval.diagnostics import diagnose, gate_heatmap
-    from rgpt_dist.eval.source import load_model
 
-    model, record = load_model(args.source)
+    model, batches, _ = _model_and_batches(args)
     if model.depth_sampler() is None:
         raise ValueError(f"{args.source} is a dense model: the diagnostics are per recurrence step")
-    batches = _batches(args, record)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = diagnose(model, batches, r=args.r)
@@ -100,13 +110,14 @@ def lm_eval(args) -> Path:
     hf_dir = Path(args.export)
     hf_dir = hf_dir / "hf" if (hf_dir / "hf" / "config.json").is_file() else hf_dir
     tasks = [t for t in args.tasks.split(",") if t]
-    common = dict(include_path=args.include_path, limit=args.limit, batch_size=args.batch_size)
+    common = dict(include_path=args.include_path, limit=args.limit, batch_size=args.batch_size,
+                  device=_device(args.device))
     if args.depths:
         runs = depth_sweep(hf_dir, tasks, args.depths, **common)
     else:
         runs = [run_lm_eval(hf_dir, tasks, **common)]
     for run in runs:
-        _own_scores(hf_dir, run, args.limit)
+        _own_scores(hf_dir, run, args.limit, common["device"])
     written = write_results(runs, args.out)
     for run in runs:
         for task, m in run["tasks"].items():
@@ -116,7 +127,7 @@ def lm_eval(args) -> Path:
     return Path(args.out)
 
 
-def _own_scores(hf_dir: Path, run: dict, limit: int | None) -> None:
+def _own_scores(hf_dir: Path, run: dict, limit: int | None, device: str) -> None:
     """Our own multiple-choice scoring of the bundled tasks beside lm-eval's, at the run's depth."""
     from rgpt_dist.eval.harness import BUNDLED_TASK_DATA
     from rgpt_dist.eval.scoring import own_accuracy
@@ -124,7 +135,7 @@ def _own_scores(hf_dir: Path, run: dict, limit: int | None) -> None:
     extra = {} if run.get("r_eval") is None else {"r_eval": run["r_eval"]}
     for task, metrics in run["tasks"].items():
         if task in BUNDLED_TASK_DATA:
-            own = own_accuracy(hf_dir, BUNDLED_TASK_DATA[task], model_args_extra=extra, limit=limit)
+            own = own_accuracy(hf_dir, BUNDLED_TASK_DATA[task], model_args_extra=extra, limit=limit, device=device)
             metrics.update(own_acc=own["acc"], own_acc_norm=own["acc_norm"])
 
 

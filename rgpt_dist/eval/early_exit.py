@@ -51,10 +51,10 @@ def early_exit_curve(model: torch.nn.Module, batches: list, depths: list[int] | 
     tokens = 0
     for x, y in batches:
         if recurrent:  # exit_losses: (r_max + 1,) mean loss of every exit 0..r_max
-            exits = model(x, y, r=max(depths), all_exits=True).aux["exit_losses"].double()
+            exits = model(x, y, r=max(depths), all_exits=True).aux["exit_losses"].double().cpu()
             losses = exits[torch.tensor(depths)]
         else:
-            losses = model(x, y).loss.double().reshape(1)
+            losses = model(x, y).loss.double().reshape(1).cpu()
         n = int((y >= 0).sum())
         totals += losses * n
         tokens += n

@@ -20,6 +20,7 @@ from rgpt_dist.eval.harness import (EXAMPLE_DATA, EXAMPLE_TASK, TASKS_DIR, Harne
                                     run_lm_eval, write_results)
 from rgpt_dist.eval.scoring import encode_pair, load_task_items, own_accuracy
 from rgpt_dist.registry import build_model
+from tests.helpers.hf import isolated_hf
 
 N_ITEMS = 35
 METRICS = ("acc", "acc_norm", "acc_bytes")
@@ -32,26 +33,10 @@ RECURRENT = RecurrentGPTConfig(vocab_size=50257, pad_vocab_multiple=128, block_s
 def offline(tmp_path_factory):
     """No Hub or dataset downloads; HF caches (remote code copies included) in a temporary folder;
     one torch thread (2 shared cores: two threads are ~15x slower here under load)."""
-    import transformers.dynamic_module_utils as dmu
-
-    home = tmp_path_factory.mktemp("hf_home")
-    modules = str(home / "modules")
-    hidden = {k: v for k, v in sys.modules.items() if k == "transformers_modules" or k.startswith("transformers_modules.")}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    with pytest.MonkeyPatch.context() as mp:
-        for var in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
-            mp.setenv(var, "1")
-        mp.setenv("HF_HOME", str(home))
-        mp.setenv("HF_MODULES_CACHE", modules)
-        mp.setattr(dmu, "HF_MODULES_CACHE", modules)
-        for k in hidden:
-            mp.delitem(sys.modules, k)
+    with isolated_hf(tmp_path_factory.mktemp("hf_home")) as home:
         yield home
-        for k in [k for k in sys.modules if k == "transformers_modules" or k.startswith("transformers_modules.")]:
-            del sys.modules[k]
-    if modules in sys.path:
-        sys.path.remove(modules)
     torch.set_num_threads(threads)
 
 
