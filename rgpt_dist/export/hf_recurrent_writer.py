@@ -3,7 +3,8 @@
     out_dir/config.json            RecurrentGPTHFConfig, with auto_map for AutoConfig / AutoModelForCausalLM
     out_dir/model.safetensors      native parameter names; the tied head stored once (embed.wte.weight)
     out_dir/configuration_rgpt.py  copied from rgpt_dist/export/hf_recurrent/
-    out_dir/modeling_rgpt.py       (self-contained: torch + transformers only)
+    out_dir/cache_rgpt.py          (together self-contained: torch + transformers only)
+    out_dir/modeling_rgpt.py
 
 Load with `AutoModelForCausalLM.from_pretrained(out_dir, trust_remote_code=True[, r_eval=.., kv_strategy=..])`;
 the tie of lm_head to embed.wte is restored by transformers (`_tied_weights_keys`). Tokenizer files are
@@ -20,7 +21,7 @@ from safetensors.torch import save_file
 from rgpt_dist.config.model import RecurrentGPTConfig
 
 HF_CODE_DIR = Path(__file__).resolve().parent / "hf_recurrent"
-CODE_FILES = ("configuration_rgpt.py", "modeling_rgpt.py")
+CODE_FILES = ("configuration_rgpt.py", "cache_rgpt.py", "modeling_rgpt.py")
 AUTO_MAP = {
     "AutoConfig": "configuration_rgpt.RecurrentGPTHFConfig",
     "AutoModelForCausalLM": "modeling_rgpt.RecurrentGPTForCausalLM",
