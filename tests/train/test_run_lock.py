@@ -14,9 +14,22 @@ def test_second_process_is_refused_until_the_first_exits(tmp_path):
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(RunDirBusy, match=f"pid {holder.pid} on"):
-            lock_run_dir(tmp_path)
+            lock_run_dir(tmp_path, wait_s=0.5)
     finally:
         holder.kill()
         holder.wait()
     lock_run_dir(tmp_path)  # released with the process
     assert str(__import__("os").getpid()) in (tmp_path / ".lock").read_text()
+
+
+def test_a_forked_child_does_not_keep_the_directory_locked(tmp_path):
+    """A helper process forked by the holder (and outliving it) must not hold the lock: POSIX record
+    locks belong to the process that took them."""
+    script = ("import os, sys, time; from rgpt_dist.train.run_lock import lock_run_dir; lock_run_dir(sys.argv[1]);"
+              "pid = os.fork()\nif pid == 0:\n    os.close(1); os.close(2); time.sleep(30); os._exit(0)\nprint(pid, flush=True)")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    child = int(done.stdout.strip())
+    try:
+        lock_run_dir(tmp_path, wait_s=2)  # the holder exited; its forked child is still alive
+    finally:
+        __import__("os").kill(child, 9)
