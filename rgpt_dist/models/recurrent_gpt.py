@@ -75,7 +75,8 @@ class GatedRecurrence(nn.Module):
         if key is not None and self.sigma_g > 0:
             logit = logit + key.normal("g", logit.shape, self.sigma_g, h.device, logit.dtype)
         g = torch.sigmoid(logit)                                           # (B, T, d)
-        return torch.lerp(o, h, g), g                                      # g * h + (1 - g) * o
+        # g * h + (1 - g) * o in the residual stream's dtype (under autocast o and g arrive in bf16)
+        return torch.lerp(o.to(h.dtype), h, g.to(h.dtype)), g
 
 
 class RecurrentGPT(nn.Module):

@@ -262,3 +262,13 @@ def test_beam_search_and_continuing_from_a_returned_cache(export_dir):
         assert torch.equal(more, greedy(hf, ids, 12).sequences)
         # an empty generic cache handed in by a caller is replaced by a RecurrentGPTCache
         assert torch.equal(hf.generate(ids, past_key_values=DynamicCache(), **kw), seq)
+
+
+def test_bf16_autocast_forward(export_dir):
+    """The gated update mixes bf16 matmul outputs with the fp32 residual stream under autocast."""
+    model, ids = load(export_dir), prompt()
+    with torch.no_grad():
+        ref = model(ids, use_cache=False).logits
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got = model(ids, use_cache=False).logits
+    assert (got.float() - ref).abs().max() < 0.25 * ref.abs().max()

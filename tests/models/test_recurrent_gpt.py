@@ -151,3 +151,20 @@ def test_depth_sampler_comes_from_the_config():
     model, _ = make(n_loops=6, r_min=2)
     sampler = model.depth_sampler()
     assert {sampler(1337, s) for s in range(200)} == set(range(2, 7))
+
+
+def test_bf16_autocast_runs_and_stays_close_to_fp32():
+    """Under torch.autocast(bfloat16) with fp32 parameters the matmuls (o, the gate) come out in bf16
+    while the residual stream stays fp32: the gated update must accept both (it once raised in
+    torch.lerp), train, and stay within bf16 rounding of the fp32 forward."""
+    model, cfg = make()
+    randomise_(model)
+    x, y = batch(cfg)
+    model.train()
+    key = NoiseKey(seed=0, step=0)
+    ref = model(x, y, r=3, noise_key=key).loss
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(x, y, r=3, noise_key=key)
+    out.loss.backward()
+    assert out.loss.dtype == torch.float32 and abs(out.loss.item() - ref.item()) < 0.05
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())

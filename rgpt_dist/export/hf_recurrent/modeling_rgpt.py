@@ -129,7 +129,7 @@ class RGPTRecurrence(nn.Module):
         for block, kv in zip(self.blocks, kvs if kvs is not None else [None] * len(self.blocks)):
             o = block(o, mask, kv)
         g = torch.sigmoid(self.gate_out(F.silu(self.gate_h(self.ln_h(h)) + gate_pre)) / self.tau)
-        return torch.lerp(o, h, g)                                    # g * h + (1 - g) * o
+        return torch.lerp(o.to(h.dtype), h, g.to(h.dtype))  # g * h + (1 - g) * o; under autocast o, g are bf16
 
 
 class RGPTHead(nn.Module):
