@@ -74,7 +74,13 @@ def cleanup_stale_state() -> None:
 
     from streaming.base.util import clean_stale_shared_memory
 
-    clean_stale_shared_memory()
+    for attempt in range(3):  # a dying process's resource tracker may unlink a segment under us
+        try:
+            clean_stale_shared_memory()
+            break
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
     for lock in glob.glob(os.path.join(tempfile.gettempdir(), "[0-9]" * 6 + "_*_filelock")):
         try:
             with open(lock, "a") as fh:

@@ -104,13 +104,16 @@ def test_a_killed_reader_does_not_poison_the_next_run(dataset):
     import subprocess
     import sys
     from rgpt_dist.data.streaming import cleanup_stale_state, token_dataset, token_loader
+    cleanup_stale_state()  # what an earlier process left (streaming's cleanup stops at the first free prefix)
     before = set(os.listdir("/dev/shm"))
+    # its own session, so the kill also takes its multiprocessing resource tracker, as a job kill
+    # does (a surviving tracker would unlink the segments itself, racing the cleanup below)
     proc = subprocess.Popen([sys.executable, "-m", "tests.data.hold_dataset", str(dataset)], cwd=ROOT,
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
     assert proc.stdout.readline().strip() == "READY"
     leaked = set(os.listdir("/dev/shm")) - before
     assert leaked  # the reader holds shared memory...
-    proc.send_signal(signal.SIGKILL)
+    os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert leaked <= set(os.listdir("/dev/shm"))  # ...which a SIGKILL leaves behind
     cleanup_stale_state()
