@@ -2,7 +2,6 @@
 (a run directory, its checkpoints/ directory or one step_* directory, consolidated on the fly)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -22,11 +21,5 @@ def load_model(source: str | Path) -> tuple[torch.nn.Module, dict]:
     c = consolidate(source)
     model = build_model(c.config.model)
     model.load_state_dict(c.state_dict, strict=True)
-    record = {"step": c.step, "checkpoint": str(c.tag_dir), "weights": c.source,
-              "data": {"paths": list(c.config.data.paths), "val_split": c.config.data.val_split,
-                       "seq_len": c.config.train.seq_len}}
-    return model.eval(), record
+    return model.eval(), c.record()
 
-
-def describe(record: dict) -> str:
-    return json.dumps({k: record[k] for k in ("step", "checkpoint", "weights") if k in record})

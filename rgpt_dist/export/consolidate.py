@@ -37,6 +37,12 @@ class Consolidated:
     tag_dir: Path
     source: str  # "fp32 master weights (ZeRO-n)" or "module weights (dtype)"
 
+    def record(self) -> dict:
+        """Where the weights came from and the run's data defaults: export.json and rgpt-eval use it."""
+        data = self.config.data
+        return {"checkpoint": str(self.tag_dir.resolve()), "step": self.step, "weights": self.source,
+                "data": {"paths": list(data.paths), "val_split": data.val_split, "seq_len": self.config.train.seq_len}}
+
 
 def find_tag_dir(path: str | Path) -> Path:
     """A run directory, a checkpoint directory or a tag directory -> the tag directory to export:

@@ -47,9 +47,7 @@ def export(checkpoint: str | Path, out: str | Path, *, overwrite: bool = False, 
 
     with torch.device("meta"):  # shapes and names must match the model definition exactly
         build_model(c.config.model).load_state_dict(c.state_dict, strict=True, assign=True)
-    meta = {"checkpoint": str(c.tag_dir.resolve()), "step": c.step, "weights": c.source,
-            "data": {"paths": list(c.config.data.paths), "val_split": c.config.data.val_split,
-                     "seq_len": c.config.train.seq_len},
+    meta = {**c.record(),
             "checksums_sha256": hashlib.sha256((c.tag_dir / "checksums.json").read_bytes()).hexdigest()}
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
