@@ -54,6 +54,7 @@ from rgpt_dist.config.model import ModelConfig  # noqa: E402
 from rgpt_dist.flops import param_count  # noqa: E402
 from rgpt_dist.models.generate import generate  # noqa: E402
 from rgpt_dist.models.kv_cache import STRATEGIES, kv_cache_bytes  # noqa: E402
+from rgpt_dist.models.spec import spec_for  # noqa: E402
 from rgpt_dist.registry import build_model  # noqa: E402
 
 SEED = 0
@@ -92,7 +93,7 @@ def configs(name: str, overrides: dict, block_size: int) -> tuple[ModelConfig, M
 
 
 def layout(cfg: ModelConfig) -> str:
-    return cfg.layout() if hasattr(cfg, "layout") else f"{cfg.n_layer}L"
+    return spec_for(cfg).layout(cfg)
 
 
 def arm_name(arm: tuple[str, str | None]) -> str:

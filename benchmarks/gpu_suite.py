@@ -59,6 +59,7 @@ from rgpt_dist.config.model import ModelConfig  # noqa: E402
 from rgpt_dist.flops import executed_forward_flops, forward_flops, head_flops, recompute_flops  # noqa: E402
 from rgpt_dist.models.generate import generate  # noqa: E402
 from rgpt_dist.models.kv_cache import STRATEGIES  # noqa: E402
+from rgpt_dist.models.spec import spec_for  # noqa: E402
 from rgpt_dist.noise import NoiseKey  # noqa: E402
 from rgpt_dist.parallel.checkpointing import apply_activation_checkpointing  # noqa: E402
 from rgpt_dist.registry import build_model  # noqa: E402
@@ -163,7 +164,7 @@ def free(ctx: Ctx) -> None:
 
 
 def layout(cfg: ModelConfig) -> str:
-    return cfg.layout() if hasattr(cfg, "layout") else f"{cfg.n_layer}L"
+    return spec_for(cfg).layout(cfg)
 
 
 def arm_name(kind: str, strategy: str | None) -> str:
@@ -218,7 +219,7 @@ def train_arm(ctx: Ctx, cfg: ModelConfig, mode: str, depth: str, precision: str)
     S, B, W, N = (ctx.size[k] for k in ("seq", "batch", "warmup", "steps"))
     model = build(ctx, cfg, precision)
     apply_activation_checkpointing(model, mode)
-    opt, sampler = adamw(ctx, model), model.depth_sampler()
+    opt, sampler = adamw(ctx, model), spec_for(cfg).depth_sampler(cfg)
     idx, tgt = batch(ctx, cfg, B, S)
     times, model_flops, hw_flops, depths = [], 0.0, 0.0, []
     base = ctx.reset_peak()

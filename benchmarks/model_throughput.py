@@ -26,6 +26,7 @@ import torch
 
 from rgpt_dist.config import GPT2Config, RecurrentGPTConfig
 from rgpt_dist.flops import executed_forward_flops, forward_flops, head_flops
+from rgpt_dist.models.spec import spec_for
 from rgpt_dist.noise import NoiseKey
 from rgpt_dist.registry import build_model
 
@@ -93,7 +94,7 @@ def main() -> None:
     print(f"matmul peak: {peak / 1e9:.1f} GFLOP/s")
     for name, cfg in (("dense", dense_cfg), ("recurrent", rec_cfg)):
         t = statistics.median(times[name])
-        layout = rec_cfg.layout() if name == "recurrent" else f"{dense_cfg.n_layer}L"
+        layout = spec_for(cfg).layout(cfg)
         print(f"{name:>9} {layout:>8}: {t * 1e3:8.1f} ms/step  {B * S / t:8.0f} tok/s  "
               f"MFU {flops[name] / t / peak:6.1%}")
     time_ratio = statistics.median(times["recurrent"]) / statistics.median(times["dense"])

@@ -89,10 +89,12 @@ def curve(args) -> Path:
 def diagnostics(args) -> Path:
     from rgpt_dist.data.tokenizer import get_encoding
     from rgpt_dist.eval.diagnostics import diagnose, gate_heatmap
+    from rgpt_dist.models.spec import spec_for
 
     model, batches, _ = _model_and_batches(args)
-    if model.depth_sampler() is None:
-        raise ValueError(f"{args.source} is a dense model: the diagnostics are per recurrence step")
+    if not spec_for(model.cfg).diagnostics:
+        raise ValueError(f"{args.source} is a {model.cfg.family} model: the diagnostics are RecurrentGPT's "
+                         "per-step gate and state statistics")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = diagnose(model, batches, r=args.r)

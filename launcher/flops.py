@@ -17,9 +17,10 @@ import argparse
 import json
 import sys
 
-from rgpt_dist.config import DENSE_REFERENCE, FLAVOURS, ConfigError, GPT2Config, load_config
+from rgpt_dist.config import DENSE_REFERENCE, FLAVOURS, ConfigError, load_config
 from rgpt_dist.config.experiments import BUDGETS
 from rgpt_dist.flops import gpu_hours, report, solve_isoflops, total_train_flops
+from rgpt_dist.models.spec import spec_for
 
 _COLUMNS = [("name", "{}"), ("layout", "{}"), ("params", "{:,.0f}"), ("params_no_embedding", "{:,.0f}"),
             ("unique_blocks", "{}"), ("block_executions", "{}"), ("fwd_flops_per_token", "{:.4g}"),
@@ -125,8 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.solve:
             dense = load_config(args.dense or "gpt2-medium", args.set).model
-            if not isinstance(dense, GPT2Config):
-                raise ConfigError(f"--dense {args.dense!r} is not a dense gpt2 model")
+            if spec_for(dense).recurrent:
+                raise ConfigError(f"--dense {args.dense!r} is not a dense model (family {dense.family})")
             out = solve_isoflops(dense, args.n_pre, args.n_coda, args.seq_len, n_rec=args.n_rec, n_loops=args.n_loops)
             print(json.dumps(out, indent=2) if args.json else
                   f"{args.solve}: exact {out['exact']:.3f}, block-matched {out['block_matched']:.3f}\n" +

@@ -5,28 +5,25 @@ multiply-add, attention score and value matmuls counted in full as the paper doe
 
     FLOPs = (n_pre + n_rec * r + n_coda) * (24 d^2 + 4 S d) + r * 10 d^2
 
-(dense GPT-2: n_layer * (24 d^2 + 4 S d)). The tied LM head, 2 d V, is reported separately.
-Training = 3 x forward; with depth sampling the expected cost uses E[r] (Eq. 1 is linear in r).
+(dense GPT-2: n_layer * (24 d^2 + 4 S d)). The tied LM head, 2 d V, is reported separately. Every
+family-specific term comes from the family's spec (rgpt_dist.models.spec): blocks run at depth r,
+its per-step extras (RecurrentGPT's 10 d^2 above, an adapter, LoRA), its extra parameters, what
+truncated backprop runs without autograd and what checkpointing recomputes.
+Training = 3 x forward, less 2 x the no-grad forward; with depth sampling, the expectation over the
+sampler's distribution.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-from rgpt_dist.config.model import GPT2Config, ModelConfig, RecurrentGPTConfig
-from rgpt_dist.depth import make_sampler
+from rgpt_dist.config.model import LoopedConfig, ModelConfig
+from rgpt_dist.models.spec import block_flops, families, spec_for
 
-# Paper Table 1: (Params, FLOPs/fwd) as printed, for the side-by-side check.
-PAPER_TABLE1: dict[str, tuple[float, float]] = {
-    "gpt2-small": (124e6, 1.84e9),
-    "gpt2-medium": (354e6, 7.35e9),
-    "gpt2-large": (774e6, 21.1e9),
-    "recurrentgpt-small-isoflops": (36e6, 1.84e9),
-    "recurrentgpt-medium-isoflops": (124e6, 7.35e9),
-    "recurrentgpt-large-isoflops": (288e6, 21.1e9),
-    "recurrentgpt-medium-isoparams": (354e6, 26.4e9),
-    "recurrentgpt-large-isoparams": (774e6, 109.0e9),
-}
+
+def paper_table1() -> dict[str, tuple[float, float]]:
+    """Paper Table 1: flavour -> (Params, FLOPs/fwd) as printed, for the side-by-side check."""
+    return {k: v for spec in families().values() for k, v in spec.paper_table1.items()}
 
 
 def block_params(cfg: ModelConfig) -> int:
@@ -35,58 +32,36 @@ def block_params(cfg: ModelConfig) -> int:
     return 12 * d * d + (13 * d if cfg.bias else 2 * d)
 
 
-def recurrence_extra_params(cfg: RecurrentGPTConfig) -> int:
-    """W_proj 2d^2 (no bias), gate MLP 2d^2 + d + d^2 + d, two gate LayerNorms."""
-    d = cfg.d_model
-    return 2 * d * d + (3 * d * d + 2 * d) + (4 * d if cfg.bias else 2 * d)
-
-
 def embedding_params(cfg: ModelConfig) -> int:
     return cfg.padded_vocab_size * cfg.d_model + cfg.block_size * cfg.d_model
 
 
 def unique_blocks(cfg: ModelConfig) -> int:
-    if isinstance(cfg, RecurrentGPTConfig):
-        return cfg.n_pre + cfg.n_rec + cfg.n_coda
-    return cfg.n_layer
+    return spec_for(cfg).unique_blocks(cfg)
 
 
 def param_count(cfg: ModelConfig, embeddings: bool = True) -> int:
     """Unique parameters (tied head counted once); without embeddings drops wte and wpe."""
     final_ln = 2 * cfg.d_model if cfg.bias else cfg.d_model
-    n = unique_blocks(cfg) * block_params(cfg) + final_ln
-    if isinstance(cfg, RecurrentGPTConfig):
-        n += recurrence_extra_params(cfg)
+    n = unique_blocks(cfg) * block_params(cfg) + final_ln + spec_for(cfg).extra_params(cfg)
     return n + (embedding_params(cfg) if embeddings else 0)
 
 
 def block_executions(cfg: ModelConfig, r: float | None = None) -> float:
     """Blocks run per token at depth r (default R)."""
-    if isinstance(cfg, RecurrentGPTConfig):
-        r = cfg.n_loops if r is None else r
-        return cfg.n_pre + cfg.n_rec * r + cfg.n_coda
-    return cfg.n_layer
+    return spec_for(cfg).block_executions(cfg, r)
 
 
 def forward_flops(cfg: ModelConfig, seq_len: int, r: float | None = None) -> float:
     """Eq. 1: forward FLOPs per token without the LM head, at depth r (default R; may be E[r])."""
-    d, S = cfg.d_model, seq_len
-    flops = block_executions(cfg, r) * (24 * d * d + 4 * S * d)
-    if isinstance(cfg, RecurrentGPTConfig):
-        flops += (cfg.n_loops if r is None else r) * 10 * d * d
-    return float(flops)
+    return float(block_executions(cfg, r) * block_flops(cfg, seq_len) + spec_for(cfg).step_flops(cfg, r))
 
 
 def executed_forward_flops(cfg: ModelConfig, seq_len: int, r: float | None = None) -> float:
-    """Matmul FLOPs per token (head excluded) this implementation actually runs. RecurrentGPT computes
-    the h_pre halves of W_proj and of the gate's first layer once per forward instead of every step,
-    so Eq. 1's r * 10 d^2 becomes r * 6 d^2 + 4 d^2 (equal at r = 1; dense models: equal to Eq. 1).
+    """Matmul FLOPs per token (head excluded) this implementation actually runs, e.g. RecurrentGPT
+    computes the h_pre halves of W_proj and of the gate once per forward instead of every step.
     MFU and the paper's comparisons use Eq. 1; this is the count torch's flop counter sees."""
-    if not isinstance(cfg, RecurrentGPTConfig):
-        return forward_flops(cfg, seq_len)
-    r = cfg.n_loops if r is None else r
-    d = cfg.d_model
-    return forward_flops(cfg, seq_len, r) - r * 10 * d * d + (r * 6 * d * d + 4 * d * d if r > 0 else 0)
+    return float(block_executions(cfg, r) * block_flops(cfg, seq_len) + spec_for(cfg).executed_step_flops(cfg, r))
 
 
 def recompute_flops(cfg: ModelConfig, seq_len: int, r: float | None, mode: str) -> float:
@@ -94,13 +69,7 @@ def recompute_flops(cfg: ModelConfig, seq_len: int, r: float | None, mode: str) 
     parallel.activation_checkpointing); hardware utilisation counts them, MFU does not."""
     if mode in ("none", "selective"):  # selective recomputes no matmul
         return 0.0
-    block = 24 * cfg.d_model ** 2 + 4 * seq_len * cfg.d_model
-    if not isinstance(cfg, RecurrentGPTConfig):
-        return float(cfg.n_layer * block)
-    r = cfg.n_loops if r is None else r
-    d = cfg.d_model
-    flops = r * (cfg.n_rec * block + 6 * d * d)  # the recurrence step: core blocks, W_h, gate
-    return float(flops + ((cfg.n_pre + cfg.n_coda) * block if mode == "blocks" else 0))
+    return float(spec_for(cfg).recompute_flops(cfg, seq_len, r, mode))
 
 
 def head_flops(cfg: ModelConfig) -> float:
@@ -109,16 +78,22 @@ def head_flops(cfg: ModelConfig) -> float:
 
 
 def expected_depth(cfg: ModelConfig) -> float | None:
-    """E[r] under the family's training depth sampler (None for dense models)."""
-    if isinstance(cfg, RecurrentGPTConfig):
-        return make_sampler(cfg.depth_sampler, cfg.r_min, cfg.n_loops).mean()
-    return None
+    """E[r] under the family's training depth sampler (None for families without a depth)."""
+    sampler = spec_for(cfg).depth_sampler(cfg)
+    return None if sampler is None else sampler.mean()
 
 
 def train_flops(cfg: ModelConfig, seq_len: int, r: float | None = None) -> float:
-    """Training FLOPs per token (3 x forward, head included) at depth r, default E[r] of the sampler."""
-    r = expected_depth(cfg) if r is None else r
-    return 3.0 * (forward_flops(cfg, seq_len, r) + head_flops(cfg))
+    """Training FLOPs per token at depth r (head included): 3 x forward, less the backward of the
+    steps truncated backprop runs without autograd. r=None: the expectation over the family's
+    depth sampler (E[r] itself where that is linear)."""
+    spec = spec_for(cfg)
+    if r is None:
+        sampler = spec.depth_sampler(cfg)
+        if sampler is not None:
+            return sum(p * train_flops(cfg, seq_len, k) for k, p in sampler.pmf().items())
+    full = 3.0 * (forward_flops(cfg, seq_len, r) + head_flops(cfg))
+    return full - (2.0 * spec.no_grad_forward_flops(cfg, seq_len, r) if r is not None else 0.0)
 
 
 @dataclasses.dataclass
@@ -129,30 +104,36 @@ class Solution:
     ratio: float
 
 
-def solve_isoflops(dense: GPT2Config, n_pre: int, n_coda: int, seq_len: int, *, n_rec: int | None = None,
-                   n_loops: int | None = None) -> dict[str, Any]:
+def solve_isoflops(dense: ModelConfig, n_pre: int, n_coda: int, seq_len: int, *, n_rec: int | None = None,
+                   n_loops: int | None = None, family: str = "recurrent_gpt") -> dict[str, Any]:
     """Given a dense model and a prelude/coda, find R (given n_rec) or n_rec (given R) whose Eq. 1
-    forward FLOPs match the dense model's. Returns the exact real solution, the neighbouring
-    integers with their FLOPs ratios, and the block-matched value (the paper's convention, which
-    ignores the 10 d^2 per-step term)."""
+    forward FLOPs for a looped `family` match the dense model's. Returns the exact real solution,
+    the neighbouring integers with their FLOPs ratios, and the block-matched value (the paper's
+    convention, which ignores the family's per-step term, e.g. RecurrentGPT's 10 d^2)."""
     if (n_rec is None) == (n_loops is None):
         raise ValueError("give exactly one of n_rec and n_loops")
+    spec = spec_for(family)
+    if not issubclass(spec.config, LoopedConfig) or spec_for(dense).recurrent:
+        raise ValueError(f"solve_isoflops matches a looped family ({family}) to a dense model ({dense.family})")
     d, S = dense.d_model, seq_len
-    c = 24 * d * d + 4 * S * d
+    c = block_flops(dense, S)
     target = forward_flops(dense, S)
     free = dense.n_layer - n_pre - n_coda
     if free <= 0:
         raise ValueError(f"prelude + coda ({n_pre} + {n_coda}) leave no blocks of the dense {dense.n_layer}")
-    if n_rec is not None:  # target = (n_pre + n_coda + n_rec R) c + 10 d^2 R
-        exact, blocks, name = free * c / (n_rec * c + 10 * d * d), free / n_rec, "n_loops"
-    else:                   # target = (n_pre + n_coda + n_rec R) c + 10 d^2 R, solve for n_rec
-        exact, blocks, name = (free * c - 10 * d * d * n_loops) / (n_loops * c), free / n_loops, "n_rec"
+
+    def looped_cfg(rec: int, loops: int) -> LoopedConfig:
+        return spec.config(d_model=d, n_head=dense.n_head, vocab_size=dense.vocab_size, n_pre=n_pre,
+                           n_coda=n_coda, n_rec=rec, n_loops=loops)
+
+    e = spec.step_flops(looped_cfg(1, 1), 1)  # per-step term: target = (n_pre + n_coda + n_rec R) c + e R
+    if n_rec is not None:
+        exact, blocks, name = free * c / (n_rec * c + e), free / n_rec, "n_loops"
+    else:
+        exact, blocks, name = (free * c - e * n_loops) / (n_loops * c), free / n_loops, "n_rec"
 
     def ratio(v: int) -> float:
-        rec = RecurrentGPTConfig(d_model=d, n_head=dense.n_head, vocab_size=dense.vocab_size, n_pre=n_pre,
-                                 n_coda=n_coda, n_rec=n_rec if n_rec is not None else v,
-                                 n_loops=n_loops if n_loops is not None else v)
-        return forward_flops(rec, S) / target
+        return forward_flops(looped_cfg(n_rec or v, n_loops or v), S) / target
 
     candidates = sorted({max(1, int(exact)), max(1, int(exact) + 1), max(1, round(blocks))})
     return {"solve": name, "exact": exact, "block_matched": blocks,
@@ -163,7 +144,7 @@ def report(name: str, cfg: ModelConfig, seq_len: int, dense: ModelConfig | None)
     """One row of `rgpt-flops`: counts, Eq. 1 at R and E[r], ratio to the dense reference, paper columns."""
     row: dict[str, Any] = {
         "name": name, "family": cfg.family,
-        "layout": cfg.layout() if isinstance(cfg, RecurrentGPTConfig) else f"{cfg.n_layer}L",
+        "layout": spec_for(cfg).layout(cfg),
         "params": param_count(cfg), "params_no_embedding": param_count(cfg, embeddings=False),
         "unique_blocks": unique_blocks(cfg), "block_executions": block_executions(cfg),
         "fwd_flops_per_token": forward_flops(cfg, seq_len), "head_flops_per_token": head_flops(cfg),
@@ -174,8 +155,11 @@ def report(name: str, cfg: ModelConfig, seq_len: int, dense: ModelConfig | None)
         row["fwd_ratio_to_dense"] = row["fwd_flops_per_token"] / forward_flops(dense, seq_len)
         row["train_ratio_to_dense"] = row["train_flops_per_token"] / train_flops(dense, seq_len)
     flags = []
-    if name in PAPER_TABLE1:
-        p_params, p_flops = PAPER_TABLE1[name]
+    table = paper_table1()
+    for part, n in spec_for(cfg).param_breakdown(cfg).items():
+        row[f"params_{part}"] = n
+    if name in table:
+        p_params, p_flops = table[name]
         row["paper_params"], row["paper_flops_fwd"] = p_params, p_flops
         row["params_vs_paper"] = row["params"] / p_params
         if abs(row["params_vs_paper"] - 1) > 0.02:
@@ -184,8 +168,8 @@ def report(name: str, cfg: ModelConfig, seq_len: int, dense: ModelConfig | None)
         row["paper_flops_fwd_vs_ours"] = p_flops / ours
         flags.append(f"paper FLOPs/fwd {p_flops / 1e9:.3g}G is {p_flops / ours:.2f}x our Eq. 1 forward "
                      f"incl. head ({ours / 1e9:.3g} GFLOPs/token at S={seq_len}); the paper states no unit")
-        if dense is not None and PAPER_TABLE1.get(_dense_name(dense)):
-            paper_ratio = p_flops / PAPER_TABLE1[_dense_name(dense)][1]
+        if dense is not None and table.get(_dense_name(dense)):
+            paper_ratio = p_flops / table[_dense_name(dense)][1]
             row["paper_fwd_ratio_to_dense"] = paper_ratio
             if abs(row["fwd_ratio_to_dense"] / paper_ratio - 1) > 0.02:
                 flags.append(f"fwd FLOPs ratio to dense {row['fwd_ratio_to_dense']:.3f} vs paper {paper_ratio:.3f}")
@@ -198,8 +182,7 @@ def _dense_name(cfg: ModelConfig) -> str | None:
     from rgpt_dist.config.flavours import FLAVOURS
 
     for name, data in FLAVOURS.items():
-        if (data["family"] == "gpt2" and name in PAPER_TABLE1 and data["d_model"] == cfg.d_model
-                and data["n_layer"] == getattr(cfg, "n_layer", None)):
+        if name in paper_table1() and all(getattr(cfg, k, None) == v for k, v in data.items()):
             return name
     return None
 

@@ -1,22 +1,17 @@
-"""Model families: config family name -> model class (imported lazily, so configs stay torch-free)."""
+"""Building models: the family's spec (rgpt_dist.models.spec) chooses the class, imported lazily so
+that configs stay torch-free."""
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from rgpt_dist.config.model import ModelConfig
-
-FAMILIES: dict[str, str] = {
-    "gpt2": "rgpt_dist.models.gpt2:GPT2",
-    "recurrent_gpt": "rgpt_dist.models.recurrent_gpt:RecurrentGPT",
-}
+from rgpt_dist.models.spec import spec_for
 
 
 def model_class(family: str) -> type:
-    if family not in FAMILIES:
-        raise ValueError(f"unknown model family {family!r} (known: {', '.join(FAMILIES)})")
-    module, name = FAMILIES[family].split(":")
-    return getattr(importlib.import_module(module), name)
+    from rgpt_dist.models.spec import _load
+
+    return _load(spec_for(family).model)
 
 
 def build_model(cfg: ModelConfig, factory: Any = None, seed: int | None = None):
@@ -25,4 +20,4 @@ def build_model(cfg: ModelConfig, factory: Any = None, seed: int | None = None):
 
     if seed is not None:
         torch.manual_seed(seed)
-    return model_class(cfg.family)(cfg, factory)
+    return spec_for(cfg).build(cfg, factory)

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from rgpt_dist.config.base import ConfigError, Section, apply_overrides, from_dict, read_yaml
+from rgpt_dist.config.base import ConfigError, Section, apply_overrides, from_dict, parse_override, read_yaml
 from rgpt_dist.config.flavours import FLAVOURS, flavour
 from rgpt_dist.config.model import ModelConfig
 from rgpt_dist.config.run import CheckpointConfig, DataConfig, EvalConfig, LogConfig, ParallelConfig
@@ -66,16 +66,67 @@ class Config(Section):
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
-def _expand_flavour(data: dict[str, Any]) -> dict[str, Any]:
-    """`model: <flavour>` -> that flavour's mapping; `model: {flavour: <name>, key: value, ...}` ->
-    the flavour with those fields replaced."""
-    model = data.get("model")
-    if isinstance(model, str):
-        data = {**data, "model": flavour(model)}
-    elif isinstance(model, dict) and "flavour" in model:
-        rest = {k: v for k, v in model.items() if k != "flavour"}
-        data = {**data, "model": {**flavour(model["flavour"]), **rest}}
-    return data
+DEFAULT_FLAVOUR = "gpt2-small"
+
+
+@dataclasses.dataclass
+class _ModelLayers:
+    """The model section as three layers, merged in this order whatever order they were given in:
+    a flavour (the last one named at any level), the YAML's own model fields, the command line's.
+    A YAML model mapping without `flavour` is a complete section: a flavour named on the command
+    line replaces it (with its fields)."""
+
+    flavour: str | None = None
+    flavour_from: str = "the default"
+    replaced: str | None = None  # "NAME (where)" of the flavour the last one replaced
+    fields: dict[str, tuple[Any, str]] = dataclasses.field(default_factory=dict)  # key -> (value, where)
+
+    def set_flavour(self, name: Any, where: str) -> None:
+        if not isinstance(name, str):
+            raise ConfigError(f"model={name!r} ({where}) must name a flavour (known: {', '.join(FLAVOURS)})")
+        if self.flavour is not None and self.flavour != name:
+            self.replaced = f"{self.flavour} ({self.flavour_from})"
+        if self.flavour is None and self.fields:  # a complete YAML section gives way to the flavour
+            self.fields = {}
+        self.flavour, self.flavour_from = name, where
+
+    def add(self, section: Any, where: str) -> None:
+        """A model value from one level: a flavour name, or a mapping (with or without `flavour`)."""
+        if isinstance(section, dict):
+            section = dict(section)
+            if "flavour" in section:
+                self.set_flavour(section.pop("flavour"), where)
+            self.fields.update({k: (v, where) for k, v in section.items()})
+        else:
+            self.set_flavour(section, where)
+
+    def merge(self) -> dict[str, Any]:
+        """The model mapping; a field the chosen family lacks names the field and both flavours."""
+        name = self.flavour or (None if self.fields else DEFAULT_FLAVOUR)
+        base = flavour(name) if name else {}
+        data = {**base, **{k: v for k, (v, _) in self.fields.items()}}
+        cls = ModelConfig.variants().get(data.get("family"))
+        if cls is None or name is None:
+            return data
+        known = {f.name for f in dataclasses.fields(cls)}
+        stray = [f"model.{k}={v!r} ({where}) is not a field of {cls.__name__} (family {data['family']!r}): the model "
+                 f"is flavour {name} ({self.flavour_from})" + (f", which replaced {self.replaced}" if self.replaced else "")
+                 for k, (v, where) in self.fields.items() if k not in known]
+        if stray:
+            raise ConfigError(stray)
+        return data
+
+
+def _split_model_overrides(overrides: list[str] | tuple[str, ...]) -> tuple[list[tuple[list[str], Any]], list[str]]:
+    """(parsed model overrides, the other override strings)."""
+    model, rest = [], []
+    for text in overrides:
+        keys, value = parse_override(text)
+        if keys[0] == "model":
+            model.append((keys, value))
+        else:
+            rest.append(text)
+    return model, rest
 
 
 def load_config(source: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
@@ -83,20 +134,35 @@ def load_config(source: str | Path | None = None, overrides: list[str] | tuple[s
 
     `source` is an experiment YAML, a model-section YAML (one with a top-level `family`), a flavour
     name, or None (the defaults). `overrides` are `key=value` strings applied in order, e.g.
-    `model=recurrentgpt-debug model.n_loops=4 train.seq_len=128`.
+    `model=recurrentgpt-debug model.n_loops=4 train.seq_len=128`. The model section is layered (see
+    `_ModelLayers`): `model=NAME` or `model.flavour=NAME` on the command line rebuilds it from that
+    flavour, family included, then applies the YAML's own model fields, then the command line's.
     """
     data: dict[str, Any] = {}
+    where = "the config"
     if source is not None:
         if str(source) in FLAVOURS:
-            data = {"model": str(source)}
+            data, where = {"model": str(source)}, "the named config"
         elif Path(source).suffix in (".yaml", ".yml") or Path(source).exists():
-            data = read_yaml(source)
+            data, where = read_yaml(source), Path(source).name
             if "family" in data:  # a model-section file such as configs/models/gpt2-small.yaml
                 data = {"model": data}
         else:
             raise ConfigError(f"config {str(source)!r} is neither a YAML file nor a flavour "
                               f"(flavours: {', '.join(FLAVOURS)})")
-    data = _expand_flavour(data)
-    for text in overrides:
-        data = _expand_flavour(apply_overrides(data, [text]))
+    layers = _ModelLayers()
+    if "model" in data:
+        layers.add(data.pop("model"), where)
+    model_overrides, rest = _split_model_overrides(overrides)
+    for keys, value in model_overrides:
+        if len(keys) == 1:
+            layers.add(value, "command line")
+        elif keys[1:] == ["flavour"]:
+            layers.set_flavour(value, "command line")
+        elif len(keys) == 2:
+            layers.fields[keys[1]] = (value, "command line")
+        else:
+            raise ConfigError(f"override model.{'.'.join(keys[1:])}: model fields are not nested")
+    data = apply_overrides(data, rest)
+    data["model"] = layers.merge()
     return from_dict(Config, data).validate()

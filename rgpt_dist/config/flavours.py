@@ -1,55 +1,69 @@
-"""The registry of named model sizes (paper Table 1 and CPU-sized debug flavours).
+"""Named model sizes (paper Table 1 and CPU-sized debug flavours), gathered from the family specs.
 
-This dict is the single source of truth; `configs/models/<name>.yaml` mirrors it (a test checks
-they agree) and is rewritten by `make configs`.
+Each family lists its flavours in its spec (rgpt_dist/models/<family>/__init__.py), built from the
+shared scales and cells below; `FLAVOURS` is the union, the single source of truth.
+`configs/models/<name>.yaml` mirrors it (a test checks they agree) and is rewritten by `make configs`.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-_SCALES = {"small": (768, 12), "medium": (1024, 16), "large": (1280, 20)}
-
-
-def _gpt2(scale: str, n_layer: int) -> dict[str, Any]:
-    d, h = _SCALES[scale]
-    return {"family": "gpt2", "d_model": d, "n_head": h, "n_layer": n_layer}
-
-
-def _rgpt(scale: str, n_pre: int, n_rec: int, r: int, n_coda: int) -> dict[str, Any]:
-    d, h = _SCALES[scale]
-    return {"family": "recurrent_gpt", "d_model": d, "n_head": h,
-            "n_pre": n_pre, "n_rec": n_rec, "n_loops": r, "n_coda": n_coda}
-
-
-_DEBUG = {"d_model": 64, "n_head": 4}
-
-FLAVOURS: dict[str, dict[str, Any]] = {
-    "gpt2-small": _gpt2("small", 12),
-    "gpt2-medium": _gpt2("medium", 24),
-    "gpt2-large": _gpt2("large", 36),
-    "recurrentgpt-small-isoflops": _rgpt("small", 1, 1, 10, 1),
-    "recurrentgpt-medium-isoflops": _rgpt("medium", 2, 5, 4, 2),
-    "recurrentgpt-large-isoflops": _rgpt("large", 1, 5, 6, 5),
-    "recurrentgpt-medium-isoparams": _rgpt("medium", 2, 20, 4, 2),
-    "recurrentgpt-large-isoparams": _rgpt("large", 3, 30, 6, 3),
-    # CPU-sized pair: 1+1x2+1 executes 4 blocks per token, like the 4-layer dense debug model.
-    "gpt2-debug": {"family": "gpt2", **_DEBUG, "n_layer": 4},
-    "recurrentgpt-debug": {"family": "recurrent_gpt", **_DEBUG, "n_pre": 1, "n_rec": 1, "n_loops": 2, "n_coda": 1},
-}
-
-# The dense baseline each recurrent cell is compared against (isoFLOPs: same block executions;
+SCALES = {"small": (768, 12), "medium": (1024, 16), "large": (1280, 20)}
+"""Paper scale -> (d_model, n_head)."""
+DEBUG_WIDTH = {"d_model": 64, "n_head": 4}
+"""The CPU-sized debug flavours' width."""
+# The looped layouts of paper Table 1 (n_pre, n_rec, R, n_coda) per cell, shared by every recurrent
+# family, and the dense flavour each cell compares with (isoFLOPs: same block executions;
 # isoParams: same unique blocks).
-DENSE_REFERENCE: dict[str, str] = {
-    "recurrentgpt-small-isoflops": "gpt2-small",
-    "recurrentgpt-medium-isoflops": "gpt2-medium",
-    "recurrentgpt-large-isoflops": "gpt2-large",
-    "recurrentgpt-medium-isoparams": "gpt2-medium",
-    "recurrentgpt-large-isoparams": "gpt2-large",
-    "recurrentgpt-debug": "gpt2-debug",
+CELLS: dict[str, tuple[tuple[int, int, int, int], str]] = {
+    "small-isoflops": ((1, 1, 10, 1), "gpt2-small"),
+    "medium-isoflops": ((2, 5, 4, 2), "gpt2-medium"),
+    "large-isoflops": ((1, 5, 6, 5), "gpt2-large"),
+    "medium-isoparams": ((2, 20, 4, 2), "gpt2-medium"),
+    "large-isoparams": ((3, 30, 6, 3), "gpt2-large"),
 }
+
+
+def looped(family: str, cell: str, **extra: Any) -> dict[str, Any]:
+    """The model section of a Table 1 cell ('medium-isoflops') for a prelude/core/coda family."""
+    (n_pre, n_rec, r, n_coda), _ = CELLS[cell]
+    d, h = SCALES[cell.split("-")[0]]
+    return {"family": family, "d_model": d, "n_head": h, "n_pre": n_pre, "n_rec": n_rec, "n_loops": r,
+            "n_coda": n_coda, **extra}
+
+
+class _FromSpecs(Mapping):
+    """A read-only mapping gathered from every family spec on first use (the families import this
+    package, so it cannot gather them at import)."""
+
+    def __init__(self, attribute: str):
+        self._attribute, self._data = attribute, None
+
+    def _get(self) -> dict:
+        if self._data is None:
+            from rgpt_dist.models.spec import families
+
+            self._data = {k: v for spec in families().values() for k, v in getattr(spec, self._attribute).items()}
+        return self._data
+
+    def __getitem__(self, key):
+        return self._get()[key]
+
+    def __iter__(self) -> Iterator:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+
+FLAVOURS: Mapping[str, dict[str, Any]] = _FromSpecs("flavours")
+"""Every family's named flavours: name -> model-section mapping."""
+DENSE_REFERENCE: Mapping[str, str] = _FromSpecs("dense_reference")
+"""Flavour -> the dense flavour its Table 1 cell compares it with."""
 
 
 def flavour(name: str) -> dict[str, Any]:
@@ -72,7 +86,8 @@ def write_yaml(directory: str | Path) -> list[Path]:
     for name, data in FLAVOURS.items():
         cfg = from_dict(ModelConfig, data, "model")
         path = directory / f"{name}.yaml"
-        header = f"# Model flavour {name}: generated from rgpt_dist/config/flavours.py, do not edit.\n"
+        header = (f"# Model flavour {name}: generated by `make configs` from the {data['family']} family spec "
+                  f"(rgpt_dist/models/), do not edit.\n")
         path.write_text(header + yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         written.append(path)
     return written

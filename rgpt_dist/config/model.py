@@ -1,8 +1,9 @@
-"""Model sections: one dataclass per family, selected by `family`. No torch import."""
+"""The model section's shared fields; each family subclasses it in its own folder
+(rgpt_dist/models/<family>/config.py), selected by `family`. No torch import."""
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 from rgpt_dist.config.base import Section, out_of_bounds
 
@@ -14,7 +15,7 @@ class ModelConfig(Section):
     variant_key: ClassVar[str] = "family"
 
     family: str = ""
-    """Model family: a key of `ModelConfig.variants()` (gpt2, recurrent_gpt)."""
+    """Model family: the name of a registered family (rgpt_dist.models.<family>/, see docs/families.md)."""
     vocab_size: int = 50257
     """Tokenizer vocabulary size (GPT-2 BPE: 50,257 with <|endoftext|> = 50256)."""
     pad_vocab_multiple: int = 1
@@ -35,7 +36,10 @@ class ModelConfig(Section):
 
     @classmethod
     def variants(cls) -> dict[str, type[Section]]:
-        return {"gpt2": GPT2Config, "recurrent_gpt": RecurrentGPTConfig}
+        """Every registered family's config class (rgpt_dist.models.spec discovers the families)."""
+        from rgpt_dist.models.spec import families
+
+        return {name: spec.config for name, spec in families().items()}
 
     @property
     def padded_vocab_size(self) -> int:
@@ -56,25 +60,10 @@ class ModelConfig(Section):
 
 
 @dataclasses.dataclass
-class GPT2Config(ModelConfig):
-    """Dense GPT-2 (pre-norm, GELU MLP 4d, learned positions, tied head): the baseline."""
+class LoopedConfig(ModelConfig):
+    """The prelude / shared core / coda shape the recurrent families share (SPEC sections 1 and 4):
+    n_pre blocks once, n_rec shared blocks applied r times, n_coda blocks once, final LN, tied head."""
 
-    family: str = "gpt2"
-    """Model family (fixed for this class)."""
-    n_layer: int = 12
-    """Transformer blocks."""
-
-    def problems(self, path: str) -> list[str]:
-        return super().problems(path) + out_of_bounds(path, ">", 0, n_layer=self.n_layer)
-
-
-@dataclasses.dataclass
-class RecurrentGPTConfig(ModelConfig):
-    """RecurrentGPT: n_pre prelude blocks, n_rec shared blocks applied r times through the gated
-    projection (SPEC section 1), n_coda coda blocks, final LN, tied head."""
-
-    family: str = "recurrent_gpt"
-    """Model family (fixed for this class)."""
     n_pre: int = 1
     """Prelude blocks, applied once."""
     n_rec: int = 1
@@ -82,31 +71,13 @@ class RecurrentGPTConfig(ModelConfig):
     n_coda: int = 1
     """Coda blocks, applied once to the final state."""
     n_loops: int = 10
-    """R: the maximum recurrence depth in training and the default depth at evaluation."""
-    r_min: int = 1
-    """Smallest depth the training sampler draws (Uniform{r_min..R})."""
-    depth_sampler: Literal["uniform", "fixed"] = "uniform"
-    """Training depth schedule: uniform = Uniform{r_min..R} per optimizer step; fixed = always R."""
-    sigma_x: float = 0.1
-    """Std of the state noise eps_x added to h^(r-1) before W_proj (training only)."""
-    sigma_g: float = 0.1
-    """Std of the per-scalar gate noise eps_g added to the gate logits (training only)."""
-    tau: float = 1.0
-    """Gate temperature: g = sigmoid(f_g(...) / tau + eps_g)."""
-    gate_bias_init: float = 4.0
-    """Initial bias of the gate MLP's second layer (+4 gives g = sigmoid(4) = 0.982 at init)."""
+    """R: the recurrence depth of training (its maximum or mean, as the family's sampler says) and the
+    default depth at evaluation."""
 
     def problems(self, path: str) -> list[str]:
         out = super().problems(path)
-        out += out_of_bounds(path, ">", 0, n_rec=self.n_rec, tau=self.tau)
-        out += out_of_bounds(path, ">=", 0, n_pre=self.n_pre, n_coda=self.n_coda, sigma_x=self.sigma_x,
-                             sigma_g=self.sigma_g)
+        out += out_of_bounds(path, ">", 0, n_rec=self.n_rec)
+        out += out_of_bounds(path, ">=", 0, n_pre=self.n_pre, n_coda=self.n_coda)
         if self.n_loops < 1:
-            out.append(f"{path}.n_loops={self.n_loops} must be >= 1 (R is the maximum recurrence depth)")
-        if not 1 <= self.r_min <= max(self.n_loops, 1):
-            out.append(f"{path}.r_min={self.r_min} must satisfy 1 <= r_min <= n_loops={self.n_loops}")
+            out.append(f"{path}.n_loops={self.n_loops} must be >= 1 (R is the recurrence depth)")
         return out
-
-    def layout(self, r: int | None = None) -> str:
-        """The paper's shorthand, e.g. '2+5x4+2'."""
-        return f"{self.n_pre}+{self.n_rec}x{self.n_loops if r is None else r}+{self.n_coda}"

@@ -18,6 +18,7 @@ import torch
 
 from rgpt_dist.data.mds import import_streaming
 from rgpt_dist.flops import executed_forward_flops, forward_flops, head_flops
+from rgpt_dist.models.spec import spec_for
 
 
 def val_batches(paths: list[str], split: str, batch_size: int, max_batches: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -42,11 +43,19 @@ def val_batches(paths: list[str], split: str, batch_size: int, max_batches: int)
 @torch.no_grad()
 def early_exit_curve(model: torch.nn.Module, batches: list, depths: list[int] | None) -> list[dict]:
     """One row per depth: loss, perplexity and FLOPs per token. `depths` (recurrent models: any
-    r >= 0, default 0..2R) is ignored for a dense model, which has one row with depth None."""
+    r >= 0 up to the family's max_eval_depth, default 0..2R or 0..max_eval_depth) is ignored for a
+    dense model, which has one row with depth None."""
     model.eval()
     cfg, seq_len = model.cfg, batches[0][0].shape[1]
-    recurrent = model.depth_sampler() is not None
-    depths = sorted(set(depths if depths is not None else range(2 * cfg.n_loops + 1))) if recurrent else [None]
+    spec = spec_for(cfg)
+    recurrent, deepest = spec.recurrent, spec.max_eval_depth(cfg)
+    if recurrent:
+        depths = sorted(set(depths if depths is not None else range(min(2 * cfg.n_loops, deepest or 2 * cfg.n_loops) + 1)))
+        if deepest is not None and depths[-1] > deepest:
+            raise ValueError(f"{spec.title} has no depth beyond r={deepest} ({spec.layout(cfg)}): asked for "
+                             f"{[d for d in depths if d > deepest]}")
+    else:
+        depths = [None]
     totals = torch.zeros(len(depths), dtype=torch.float64)
     tokens = 0
     for x, y in batches:

@@ -19,18 +19,20 @@ from typing import Any
 
 from rgpt_dist.config import FLAVOURS, load_config
 from rgpt_dist.flops import report
+from rgpt_dist.models.spec import families, spec_for
 
 FINISHED, RUNNING, FAILED = "finished", "running", "failed-or-incomplete"
 SCALES = ("small", "medium", "large", "debug")
 SETTINGS = {"isoflops": "isoFLOPs", "isoparams": "isoParams"}
 STANDARD_STEPS = 20000
-# Paper Table 1 validation losses (standard 20k budget), SPEC section 3.
-PAPER_VAL_LOSS = {"gpt2-small": 3.15, "gpt2-medium": 2.84, "gpt2-large": 2.71,
-                  "recurrentgpt-small-isoflops": 3.14, "recurrentgpt-medium-isoflops": 2.89,
-                  "recurrentgpt-large-isoflops": 2.77, "recurrentgpt-medium-isoparams": 2.76,
-                  "recurrentgpt-large-isoparams": 2.65}
 _SCALE_BY_WIDTH = {FLAVOURS[f"gpt2-{s}"]["d_model"]: s for s in ("small", "medium", "large")}
-_METHOD = {"gpt2": "GPT-2", "recurrent_gpt": "RecurrentGPT"}
+
+
+def paper_val_loss() -> dict[str, float]:
+    """Paper Table 1 validation losses (standard 20k budget) by flavour, from the family specs."""
+    return {k: v for spec in families().values() for k, v in spec.paper_val_loss.items()}
+
+
 COLUMNS = ["name", "cell", "scale", "setting", "method", "family", "budget", "max_steps", "layout", "unique_blocks",
            "params", "params_no_embedding", "seq_len", "fwd_flops_per_token", "head_flops_per_token", "expected_r",
            "train_flops_per_token", "tokens_per_step", "train_flops_total", "status", "progress", "steps_done",
@@ -72,7 +74,7 @@ def summarize_run(run_dir: str | Path, stale_after_s: float | None = 3600.0) -> 
     row["status"] = _status(row, problems, run_dir, records is not None, stale_after_s)
     row["problem"] = "; ".join(problems) or None
     if row.get("max_steps") == STANDARD_STEPS:
-        row["paper_val_loss"] = PAPER_VAL_LOSS.get(row["cell"])
+        row["paper_val_loss"] = paper_val_loss().get(row["cell"])
     return {k: row.get(k) for k in COLUMNS}
 
 
@@ -118,11 +120,12 @@ def _identity(name: str, cfg) -> dict[str, Any]:
     if scale is None and cfg is not None:
         scale = _SCALE_BY_WIDTH.get(cfg.model.d_model)
     setting = next((SETTINGS[t] for t in tokens if t in SETTINGS), None)
-    if setting is None and (family == "gpt2" or (family is None and tokens[0] == "gpt2")):
+    dense = not spec_for(family).recurrent if family in families() else tokens[0] == "gpt2"
+    if setting is None and dense:
         setting = "dense"
     budget = next((t for t in tokens if re.fullmatch(r"\d+k", t)), None)
     cell = "-".join(t for t in name.split("-") if not re.fullmatch(r"\d+k", t.lower()))
-    method = _METHOD.get(family, family) if family else None
+    method = (spec_for(family).title if family in families() else family) if family else None
     return {"cell": cell, "scale": scale, "setting": setting, "family": family, "budget": budget, "method": method}
 
 

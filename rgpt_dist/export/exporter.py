@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 import shutil
@@ -19,18 +18,9 @@ import torch
 from rgpt_dist.export.consolidate import ExportError, consolidate
 from rgpt_dist.export.native import write_native
 from rgpt_dist.export.tokenizer_files import write_tokenizer
+from rgpt_dist.models.spec import spec_for
 
-# family -> its Hugging Face writer: write(state_dict, cfg, out_dir, *, dtype, **inference settings)
-HF_WRITERS = {"gpt2": "rgpt_dist.export.hf_dense:write_hf_gpt2",
-              "recurrent_gpt": "rgpt_dist.export.hf_recurrent_writer:write_hf_recurrent"}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-
-
-def _hf_writer(family: str):
-    if family not in HF_WRITERS:
-        raise ExportError(f"no Hugging Face export for model family {family!r} (known: {', '.join(HF_WRITERS)})")
-    module, name = HF_WRITERS[family].split(":")
-    return getattr(importlib.import_module(module), name)
 
 
 def export(checkpoint: str | Path, out: str | Path, *, overwrite: bool = False, dtype: str = "fp32",
@@ -54,7 +44,7 @@ def export(checkpoint: str | Path, out: str | Path, *, overwrite: bool = False, 
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         write_native(c.state_dict, c.config.model, tmp / "native", DTYPES[dtype], meta)
-        _hf_writer(c.config.model.family)(c.state_dict, c.config.model, tmp / "hf", dtype=DTYPES[dtype],
+        spec_for(c.config.model).write_hf(c.state_dict, c.config.model, tmp / "hf", dtype=DTYPES[dtype],
                                           **(inference or {}))
         write_tokenizer(tmp / "hf", model_max_length=c.config.model.block_size)
         (tmp / "export.json").write_text(json.dumps({**meta, "dtype": dtype, "inference": inference or {}}, indent=2))

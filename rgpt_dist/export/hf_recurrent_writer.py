@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from rgpt_dist.config.model import RecurrentGPTConfig
+from rgpt_dist.models.recurrent_gpt.config import RecurrentGPTConfig
 
 HF_CODE_DIR = Path(__file__).resolve().parent / "hf_recurrent"
 CODE_FILES = ("configuration_rgpt.py", "cache_rgpt.py", "modeling_rgpt.py")

@@ -144,14 +144,13 @@ class KVCache:
 
 
 def cached_layers(cfg: Any, strategy: str, r: int | None) -> int:
-    """Attention layers holding K/V: GPT-2's n_layer, or n_pre + n_coda + n_rec x (r if full else 1)
-    for RecurrentGPT (n_rec x 0 at r = 0, where no core step runs)."""
+    """Attention layers holding K/V for depth r under `strategy`, as the family's spec counts them
+    (GPT-2: n_layer; prelude/core/coda families: n_pre + n_coda + n_rec x (r if full else 1))."""
+    from rgpt_dist.models.spec import spec_for
+
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown KV-cache strategy {strategy!r}; expected one of {STRATEGIES}")
-    if hasattr(cfg, "n_layer"):
-        return cfg.n_layer
-    r = cfg.n_loops if r is None else r
-    return cfg.n_pre + cfg.n_coda + cfg.n_rec * (r if strategy == "full" else min(r, 1))
+    return spec_for(cfg).cached_layers(cfg, strategy, r)
 
 
 def kv_cache_bytes(cfg: Any, batch: int, seq_len: int, strategy: str = "full", r: int | None = None,

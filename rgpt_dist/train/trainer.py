@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from rgpt_dist.config.experiment import Config
 from rgpt_dist.flops import recompute_flops, train_flops
+from rgpt_dist.models.spec import spec_for
 from rgpt_dist.noise import NoiseKey
 from rgpt_dist.parallel.dims import ParallelDims
 from rgpt_dist.train.checkpoint import CheckpointManager
@@ -54,7 +55,7 @@ class Trainer:
         self.stop = stop
         self.consecutive_nonfinite = 0
         self.model = engine.module
-        self.sampler = self.model.depth_sampler()
+        self.sampler = spec_for(cfg.model).depth_sampler(cfg.model)
         self.train_loader, self.val_batches = train_loader, val_batches
         self.ckpt, self.sink = ckpt, sink
         self.accum = cfg.train.grad_accum_steps(dims.dp)

@@ -51,7 +51,7 @@ def test_flavour_with_field_overrides_in_yaml(tmp_path):
     cfg = load_config(f)
     assert cfg.model.n_loops == 4 and cfg.model.d_model == 64
     f.write_text("model:\n  flavour: recurrentgpt-debug\n  n_layer: 4\n")
-    with pytest.raises(ConfigError, match="model.n_layer is not a field of RecurrentGPTConfig"):
+    with pytest.raises(ConfigError, match=r"model.n_layer=4 \(exp.yaml\) is not a field of RecurrentGPTConfig"):
         load_config(f)
 
 
@@ -81,7 +81,7 @@ BAD = [
     (["model.n_loops=four"], "model.n_loops='four' has the wrong type (expected int)"),
     (["model.n_loops=2.5"], "model.n_loops=2.5 has the wrong type (expected int)"),
     (["model.bias=3"], "model.bias=3 has the wrong type (expected bool)"),
-    (["model.n_layer=4"], "model.n_layer is not a field of RecurrentGPTConfig"),
+    (["model.n_layer=4"], "model.n_layer=4 (command line) is not a field of RecurrentGPTConfig"),
     (["model.family=moe"], "model.family='moe' is not one of"),
     (["model=gpt3-xl"], "model='gpt3-xl' is not a known flavour"),
     (["train.min_lr=1.0"], "train.min_lr=1.0 must not exceed train.lr=0.0006"),

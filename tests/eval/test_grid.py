@@ -14,7 +14,7 @@ import pytest
 from rgpt_dist.config import load_config
 from rgpt_dist.config.experiments import grid, write_yaml
 from rgpt_dist.eval.grid import FAILED, FINISHED, RUNNING, summarize, summarize_run, write_table
-from rgpt_dist.flops import PAPER_TABLE1, forward_flops, param_count, train_flops
+from rgpt_dist.flops import paper_table1, forward_flops, param_count, train_flops
 
 SHAPE = ["train.max_steps=100", "train.warmup_steps=10", "train.seq_len=128", "train.global_batch_size=16",
          "train.micro_batch_size=4"]
@@ -153,12 +153,12 @@ def test_real_grid_cells_carry_the_paper_columns(tmp_path):
     rows = by_name(summarize(root))
     med = rows["recurrentgpt-medium-isoflops-20k"]
     assert (med["layout"], med["budget"], med["max_steps"], med["scale"]) == ("2+5x4+2", "20k", 20000, "medium")
-    assert (med["paper_params"], med["paper_flops_fwd"]) == PAPER_TABLE1["recurrentgpt-medium-isoflops"]
+    assert (med["paper_params"], med["paper_flops_fwd"]) == paper_table1()["recurrentgpt-medium-isoflops"]
     assert med["paper_val_loss"] == 2.89 and rows["gpt2-medium-20k"]["paper_val_loss"] == 2.84
     assert med["params"] == pytest.approx(171.1e6, rel=1e-3) and any("vs paper" in f for f in med["flags"])
     big = rows["recurrentgpt-large-isoparams-40k"]
     assert big["budget"] == "40k" and big["paper_val_loss"] is None  # Table 1 is the 20k budget
-    assert big["paper_params"] == PAPER_TABLE1["recurrentgpt-large-isoparams"][0]
+    assert big["paper_params"] == paper_table1()["recurrentgpt-large-isoparams"][0]
     assert rows["gpt2-medium-20k"]["train_flops_total"] == pytest.approx(
         train_flops(load_config("gpt2-medium").model, 1024) * 480 * 1024 * 20000)
     assert len(grid()) == 16 and all(r["status"] == RUNNING for r in rows.values())

@@ -5,7 +5,7 @@ import torch
 import transformers
 
 from rgpt_dist.config import GPT2Config
-from rgpt_dist.models.gpt2 import GPT2, from_hf_state_dict
+from rgpt_dist.models.gpt2.model import GPT2, from_hf_state_dict
 
 
 def hf_model(cfg: GPT2Config, seed=0):

@@ -4,7 +4,8 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from rgpt_dist.config import RecurrentGPTConfig
-from rgpt_dist.models.recurrent_gpt import RecurrentGPT
+from rgpt_dist.models.recurrent_gpt.model import RecurrentGPT
+from rgpt_dist.models.spec import spec_for
 from rgpt_dist.noise import NoiseKey
 from tests.models import reference
 
@@ -148,8 +149,8 @@ def test_invalid_depth_and_all_exits_without_targets():
 
 
 def test_depth_sampler_comes_from_the_config():
-    model, _ = make(n_loops=6, r_min=2)
-    sampler = model.depth_sampler()
+    _, cfg = make(n_loops=6, r_min=2)
+    sampler = spec_for(cfg).depth_sampler(cfg)
     assert {sampler(1337, s) for s in range(200)} == set(range(2, 7))
 
 

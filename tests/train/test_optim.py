@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from rgpt_dist.config import RecurrentGPTConfig, TrainConfig
-from rgpt_dist.models.recurrent_gpt import RecurrentGPT
+from rgpt_dist.models.recurrent_gpt.model import RecurrentGPT
 from rgpt_dist.train.optim import lr_at, make_optimizer, make_scheduler, param_groups
 
 

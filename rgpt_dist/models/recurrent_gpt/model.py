@@ -22,8 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from rgpt_dist.config.model import RecurrentGPTConfig
-from rgpt_dist.depth import make_sampler
+from rgpt_dist.models.recurrent_gpt.config import RecurrentGPTConfig
 from rgpt_dist.models.kv_cache import KVCache, LayerCache
 from rgpt_dist.models.layers import Block, Embeddings, LayerFactory, LMHead, ModelOutput, layer_norm, residual_std
 from rgpt_dist.noise import NoiseKey
@@ -93,10 +92,6 @@ class RecurrentGPT(nn.Module):
         self.recurrence = GatedRecurrence(cfg, factory, out_std)
         self.coda = nn.ModuleList(Block(cfg, factory, out_std) for _ in range(cfg.n_coda))
         self.head = LMHead(cfg, factory, self.embed.wte)
-
-    def depth_sampler(self):
-        """The training depth schedule: r as a pure function of (seed, step)."""
-        return make_sampler(self.cfg.depth_sampler, self.cfg.r_min, self.cfg.n_loops)
 
     def checkpoint_units(self, mode: str) -> list[nn.Module]:
         """Modules whose activations are recomputed in backward: the recurrence step (called r

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from rgpt_dist.config.model import GPT2Config
+from rgpt_dist.models.gpt2.config import GPT2Config
 from rgpt_dist.models.kv_cache import KVCache
 from rgpt_dist.models.layers import Block, Embeddings, LayerFactory, LMHead, ModelOutput, residual_std
 
@@ -28,10 +28,6 @@ class GPT2(nn.Module):
         self.embed = Embeddings(cfg, factory)
         self.blocks = nn.ModuleList(Block(cfg, factory, out_std) for _ in range(cfg.n_layer))
         self.head = LMHead(cfg, factory, self.embed.wte)
-
-    def depth_sampler(self) -> None:
-        """Dense models have no depth to sample."""
-        return None
 
     def checkpoint_units(self, mode: str) -> list[nn.Module]:
         """Modules whose activations are recomputed in backward: every block (any mode)."""

@@ -1,0 +1,37 @@
+"""RecurrentGPT's model section (torch-free)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from rgpt_dist.config.base import out_of_bounds
+from rgpt_dist.config.model import LoopedConfig
+
+
+@dataclasses.dataclass
+class RecurrentGPTConfig(LoopedConfig):
+    """RecurrentGPT: n_pre prelude blocks, n_rec shared blocks applied r times through the gated
+    projection (SPEC section 1), n_coda coda blocks, final LN, tied head."""
+
+    family: str = "recurrent_gpt"
+    """Model family (fixed for this class)."""
+    r_min: int = 1
+    """Smallest depth the training sampler draws (Uniform{r_min..R})."""
+    depth_sampler: Literal["uniform", "fixed"] = "uniform"
+    """Training depth schedule: uniform = Uniform{r_min..R} per optimizer step; fixed = always R."""
+    sigma_x: float = 0.1
+    """Std of the state noise eps_x added to h^(r-1) before W_proj (training only)."""
+    sigma_g: float = 0.1
+    """Std of the per-scalar gate noise eps_g added to the gate logits (training only)."""
+    tau: float = 1.0
+    """Gate temperature: g = sigmoid(f_g(...) / tau + eps_g)."""
+    gate_bias_init: float = 4.0
+    """Initial bias of the gate MLP's second layer (+4 gives g = sigmoid(4) = 0.982 at init)."""
+
+    def problems(self, path: str) -> list[str]:
+        out = super().problems(path)
+        out += out_of_bounds(path, ">", 0, tau=self.tau)
+        out += out_of_bounds(path, ">=", 0, sigma_x=self.sigma_x, sigma_g=self.sigma_g)
+        if not 1 <= self.r_min <= max(self.n_loops, 1):
+            out.append(f"{path}.r_min={self.r_min} must satisfy 1 <= r_min <= n_loops={self.n_loops}")
+        return out

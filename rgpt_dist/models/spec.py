@@ -1,0 +1,193 @@
+"""Family specs: one object per model family owning everything family-specific (in the spirit of
+torchtitan's `ModelSpec`). Every other module asks the spec; nothing outside a family's folder
+tests which family a config belongs to.
+
+A family is a package `rgpt_dist/models/<name>/` whose `__init__.py` defines `SPEC`, an instance of
+a `FamilySpec` subclass, and imports no torch (configs are loaded and validated before any tensor
+exists); its model class lives in a sibling module and is imported only when built. Packages are
+discovered, so adding a family is adding its folder (see docs/families.md).
+
+Counting conventions (rgpt_dist.flops builds on them): a "block" is one GPT-2 pre-norm block
+(24 d^2 + 4 S d forward FLOPs per token at sequence length S, Eq. 1); a family adds its own
+per-depth terms (RecurrentGPT's W_proj and gate, an adapter, LoRA) through `step_flops`, and its
+own parameters beyond blocks, embeddings and the final LayerNorm through `extra_params`.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import Any, ClassVar
+
+
+def _load(path: str) -> Any:
+    """'package.module:attribute' -> the attribute (imported now)."""
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+class FamilySpec:
+    """Defaults describe a dense stack of `n_layer` blocks; families override what differs."""
+
+    name: ClassVar[str] = ""
+    """The config's `family` value."""
+    title: ClassVar[str] = ""
+    """The method name in the paper's Table 1 (and `rgpt-eval grid`)."""
+    config: ClassVar[type]
+    """The family's config dataclass (a ModelConfig subclass)."""
+    model: ClassVar[str] = ""
+    """'module:Class' of the model (imported lazily: building needs torch, configs do not)."""
+    hf_writer: ClassVar[str] = ""
+    """'module:function' writing the Hugging Face export: f(state_dict, cfg, out_dir, *, dtype, **inference)."""
+    flavours: ClassVar[dict[str, dict[str, Any]]] = {}
+    """Named sizes: flavour name -> model-section mapping (family included)."""
+    dense_reference: ClassVar[dict[str, str]] = {}
+    """Flavour -> the dense flavour its Table 1 cell compares it with."""
+    paper_table1: ClassVar[dict[str, tuple[float, float]]] = {}
+    """Flavour -> (Params, FLOPs/fwd) as the paper prints them."""
+    paper_val_loss: ClassVar[dict[str, float]] = {}
+    """Flavour -> the paper's Table 1 validation loss at the standard 20k-step budget."""
+    paper_params_note: ClassVar[str] = ""
+    """What the paper's Params column leaves out for this family (RRT: '+LoRA')."""
+    recurrent: ClassVar[bool] = False
+    """Whether forward takes a depth r (and all_exits): the early-exit curve exists."""
+    diagnostics: ClassVar[bool] = False
+    """Whether `rgpt-eval diagnostics` applies (RecurrentGPT's per-step gate and state statistics)."""
+
+    # ---- construction ----------------------------------------------------------------------
+    def build(self, cfg: Any, factory: Any = None) -> Any:
+        return _load(self.model)(cfg, factory)
+
+    def write_hf(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.hf_writer:
+            raise ValueError(f"model family {self.name!r} has no Hugging Face export")
+        return _load(self.hf_writer)(*args, **kwargs)
+
+    # ---- depth ------------------------------------------------------------------------------
+    def default_depth(self, cfg: Any) -> int | None:
+        """R: the depth forward runs when given none (None for families without a depth)."""
+        return None
+
+    def depth_sampler(self, cfg: Any) -> Any:
+        """The training depth schedule, r = sampler(seed, step) on every rank; None: no depth."""
+        return None
+
+    def max_eval_depth(self, cfg: Any) -> int | None:
+        """The deepest r evaluation may run (None: any depth; dense models: no depth at all)."""
+        return None
+
+    def layout(self, cfg: Any, r: int | None = None) -> str:
+        """The paper's shorthand: '12L' for dense models, '2+5x4+2' for prelude/core/coda ones."""
+        return f"{cfg.n_layer}L"
+
+    # ---- parameters -------------------------------------------------------------------------
+    def unique_blocks(self, cfg: Any) -> int:
+        return cfg.n_layer
+
+    def extra_params(self, cfg: Any) -> int:
+        """Parameters beyond the blocks, the embeddings and the final LayerNorm."""
+        return 0
+
+    def param_breakdown(self, cfg: Any) -> dict[str, int]:
+        """Named parts of `extra_params` that Table 1 reports apart (RRT's LoRA)."""
+        return {}
+
+    # ---- FLOPs per token (matmuls, 2 per multiply-add; see rgpt_dist.flops) -----------------
+    def block_executions(self, cfg: Any, r: float | None = None) -> float:
+        """Blocks run per token at depth r (default R)."""
+        return float(cfg.n_layer)
+
+    def step_flops(self, cfg: Any, r: float | None = None) -> float:
+        """Eq. 1's forward FLOPs per token beyond the blocks at depth r (RecurrentGPT: r * 10 d^2)."""
+        return 0.0
+
+    def executed_step_flops(self, cfg: Any, r: float | None = None) -> float:
+        """`step_flops` as this implementation runs them (what torch's flop counter sees)."""
+        return self.step_flops(cfg, r)
+
+    def no_grad_forward_flops(self, cfg: Any, seq_len: int, r: int) -> float:
+        """Forward FLOPs per token at depth r that run without autograd (truncated backprop): they
+        have no backward, so a training step costs 3 x forward minus 2 x these."""
+        return 0.0
+
+    def recompute_flops(self, cfg: Any, seq_len: int, r: float | None, mode: str) -> float:
+        """Forward FLOPs per token recomputed in backward by activation checkpointing in `mode`
+        (recurrence | blocks; the caller handles none and selective). Dense: every block."""
+        return cfg.n_layer * block_flops(cfg, seq_len)
+
+    # ---- inference --------------------------------------------------------------------------
+    def cached_layers(self, cfg: Any, strategy: str, r: int | None) -> int:
+        """Attention layers holding K/V in a cache for depth r under `strategy`."""
+        return cfg.n_layer
+
+
+def block_flops(cfg: Any, seq_len: int) -> float:
+    """Eq. 1's forward FLOPs per token of one block: 24 d^2 (qkv, out, MLP) + 4 S d (attention)."""
+    return float(24 * cfg.d_model ** 2 + 4 * seq_len * cfg.d_model)
+
+
+_SPECS: dict[str, FamilySpec] | None = None
+
+
+def _discover() -> dict[str, FamilySpec]:
+    import rgpt_dist.models as models
+
+    specs: dict[str, FamilySpec] = {}
+    for info in sorted(pkgutil.iter_modules(models.__path__), key=lambda m: m.name):
+        if not info.ispkg:
+            continue
+        spec = getattr(importlib.import_module(f"{models.__name__}.{info.name}"), "SPEC", None)
+        if isinstance(spec, FamilySpec):
+            if spec.name in specs:
+                raise RuntimeError(f"model family {spec.name!r} is registered twice")
+            specs[spec.name] = spec
+    return specs
+
+
+def families() -> dict[str, FamilySpec]:
+    """Every registered family: name -> spec (discovered once)."""
+    global _SPECS
+    if _SPECS is None:
+        _SPECS = _discover()
+    return _SPECS
+
+
+def spec_for(family_or_cfg: Any) -> FamilySpec:
+    """The spec of a family name or of a model config."""
+    family = family_or_cfg if isinstance(family_or_cfg, str) else family_or_cfg.family
+    specs = families()
+    if family not in specs:
+        raise ValueError(f"unknown model family {family!r} (known: {', '.join(specs)})")
+    return specs[family]
+
+
+class LoopedSpec(FamilySpec):
+    """Prelude / shared core / coda families (LoopedConfig): n_pre + n_rec x r + n_coda blocks run
+    per token, any depth r >= 0 at evaluation, the shared core's K/V cached per step (`full`) or
+    compressed to one entry per core block (see rgpt_dist.models.kv_cache)."""
+
+    recurrent = True
+
+    def default_depth(self, cfg: Any) -> int:
+        return cfg.n_loops
+
+    def layout(self, cfg: Any, r: int | None = None) -> str:
+        return f"{cfg.n_pre}+{cfg.n_rec}x{cfg.n_loops if r is None else r}+{cfg.n_coda}"
+
+    def unique_blocks(self, cfg: Any) -> int:
+        return cfg.n_pre + cfg.n_rec + cfg.n_coda
+
+    def block_executions(self, cfg: Any, r: float | None = None) -> float:
+        return float(cfg.n_pre + cfg.n_rec * (cfg.n_loops if r is None else r) + cfg.n_coda)
+
+    def recompute_flops(self, cfg: Any, seq_len: int, r: float | None, mode: str) -> float:
+        """`recurrence`: every recurrence step (the core's blocks and the executed step extras);
+        `blocks`: also every prelude and coda block."""
+        r = cfg.n_loops if r is None else r
+        per_step = self.executed_step_flops(cfg, 2) - self.executed_step_flops(cfg, 1)  # the per-step part
+        flops = r * (cfg.n_rec * block_flops(cfg, seq_len) + per_step)
+        return flops + ((cfg.n_pre + cfg.n_coda) * block_flops(cfg, seq_len) if mode == "blocks" else 0.0)
+
+    def cached_layers(self, cfg: Any, strategy: str, r: int | None) -> int:
+        """n_pre + n_coda + n_rec x (r if full else 1); no core entry at r = 0, where no step runs."""
+        r = cfg.n_loops if r is None else r
+        return cfg.n_pre + cfg.n_coda + cfg.n_rec * (r if strategy == "full" else min(r, 1))
