@@ -18,7 +18,7 @@ o^(i) is the shared core's output (the proposal) and h^(i) = g * h^(i-1) + (1 - 
 
 Internals are read with forward hooks on `model.recurrence` (input h^(i-1), output (h^(i), g)) and on
 `model.recurrence.blocks[-1]` (output o^(i)); exits go through the model's own coda and head
-(`model._readout`). Hooks are removed afterwards, also on error. No torch.distributed.
+(`model.readout`). Hooks are removed afterwards, also on error. No torch.distributed.
 """
 from __future__ import annotations
 
@@ -120,14 +120,14 @@ class _Sums:
 def _accumulate_batch(model, x, y, r: int, sums: _Sums, cka: CKAStats | None) -> None:
     """One forward at depth r with hooks, then every exit through coda + head; adds to `sums`."""
     with capture(model) as rec:
-        out = model(x, y, r=r)
+        out = model(x, y, r=r, stats=True)
     h, o = rec["h"], rec["o"]                                          # r + 1 and r x (B, T, d)
     vocab = model.cfg.vocab_size
     n_tgt, n_tok = int((y != -1).sum()), y.numel()
     n_gate = rec["g"][0].numel()                                      # B * T * d gate scalars per step
     logp_final = F.log_softmax(out.logits[..., :vocab].float(), -1)   # (B, T, V)
     for i in range(r + 1):
-        logits, loss = model._readout(h[i], y) if i < r else (out.logits, out.loss)
+        logits, loss = model.readout(h[i], y) if i < r else (out.logits, out.loss)
         logp = F.log_softmax(logits[..., :vocab].float(), -1)
         sums.loss[i] += float(loss) * n_tgt if n_tgt else 0.0
         sums.kl[i] += float(F.kl_div(logp, logp_final, log_target=True, reduction="sum"))
@@ -137,11 +137,11 @@ def _accumulate_batch(model, x, y, r: int, sums: _Sums, cka: CKAStats | None) ->
         sums.upd[i] += float((hn - hp).square().sum())
         sums.prop[i] += float((oi - hp).square().sum())
         sums.prev[i] += float(hp.square().sum())
-        mean, std = float(out.aux["gate_mean"][i - 1]), float(out.aux["gate_std"][i - 1])
+        mean, std = float(out.aux["stats"]["gate_mean"][i - 1]), float(out.aux["stats"]["gate_std"][i - 1])
         sums.g_sum[i] += mean * n_gate                                 # pooled std from the unbiased
         sums.g_sq[i] += std ** 2 * (n_gate - 1) + mean ** 2 * n_gate   # per-batch std: sum of g^2
-        sums.g_hi[i] += float(out.aux["gate_hi"][i - 1]) * n_gate
-        sums.g_lo[i] += float(out.aux["gate_lo"][i - 1]) * n_gate
+        sums.g_hi[i] += float(out.aux["stats"]["gate_hi"][i - 1]) * n_gate
+        sums.g_lo[i] += float(out.aux["stats"]["gate_lo"][i - 1]) * n_gate
     sums.n_targets += n_tgt
     sums.n_tokens += n_tok
     sums.n_gate += n_gate

@@ -1,8 +1,8 @@
 """The training loop: steps, accumulation, evaluation and checkpoint cadence, resumption.
 
 Families differ only through what they return: the model's depth sampler (None for dense models),
-`ModelOutput.loss`, and `aux` (an optional `aux_loss` is added to the loss; gate statistics and exit
-losses are logged when present). No branch here names a family.
+`ModelOutput.loss`, and `aux` (an optional `aux_loss` is added to the loss; the per-step statistics in
+`aux['stats']` and exit losses are logged when present). No branch here names a family.
 """
 from __future__ import annotations
 
@@ -110,16 +110,16 @@ class Trainer:
         losses, aux_sum = [], {}
         for micro in range(self.accum):
             x, y = (t.to(self.engine.device, non_blocking=True) for t in next(self._data))
-            out = self.engine(x, y, r=r, noise_key=NoiseKey(cfg.train.seed, step, micro, self.dims.dp_rank))
+            out = self.engine(x, y, r=r, noise_key=NoiseKey(cfg.train.seed, step, micro, self.dims.dp_rank),
+                              stats=True)
             loss = out.loss + out.aux.get("aux_loss", 0.0)
             if _injected_nan(step, self.dims.rank):
                 loss = loss * float("nan")
             self.engine.backward(loss)
             self.engine.step()
             losses.append(out.loss.detach().float())
-            for k in ("gate_mean", "gate_std", "gate_hi", "gate_lo"):
-                if k in out.aux:
-                    aux_sum[k] = aux_sum.get(k, 0) + out.aux[k].float() / self.accum
+            for k, v in out.aux.get("stats", {}).items():  # the family's per-step statistics, (r,) each
+                aux_sum[k] = aux_sum.get(k, 0) + v.float() / self.accum
         record = {"step": step, "r": r, "loss": torch.stack(losses).mean().item(),
                   "lr": self.engine.get_lr()[0], "grad_norm": float(self.engine.get_global_grad_norm() or 0.0),
                   "skipped": self._skipped_total() > skipped_before, "skipped_total": self._skipped_total()}
@@ -228,7 +228,8 @@ class Trainer:
         tokens_per_s = steps * self.cfg.train.tokens_per_step() / elapsed
         record.update(tokens=self.tokens, tokens_per_s=tokens_per_s, mfu=model_flops / capacity,
                       hfu=hw_flops / capacity)
-        gate = f" gate {sum(record['gate_mean']) / len(record['gate_mean']):.3f}" if record.get("gate_mean") else ""
+        gate = "".join(f" | {k.removesuffix('_mean')} {sum(v) / len(v):.3f}" for k, v in record.items()
+                       if k.endswith("_mean") and isinstance(v, list) and v)
         self.sink.log(record, f"step {self.step:6d} | loss {record['loss']:.4f} | r {record['r']} | lr {record['lr']:.2e} | "
                               f"grad {record['grad_norm']:.3f} | {tokens_per_s:,.0f} tok/s | mfu {record['mfu']:.1%}{gate}")
 

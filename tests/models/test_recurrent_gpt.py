@@ -71,7 +71,8 @@ def test_gate_mean_at_init_is_sigmoid_4():
     model, cfg = make(d_model=64, n_loops=4)
     idx, _ = batch(cfg)
     model.eval()
-    gates = model(idx).aux["gate_mean"]
+    assert "stats" not in model(idx).aux  # only when asked
+    gates = model(idx, stats=True).aux["stats"]["gate_mean"]
     assert gates.shape == (4,)
     assert torch.allclose(gates, torch.full_like(gates, 0.982), atol=0.01)
     assert abs(torch.sigmoid(torch.tensor(4.0)).item() - 0.982) < 1e-3
@@ -116,8 +117,8 @@ def test_depth_zero_is_prelude_then_coda():
     model, cfg = make()
     model.eval()
     idx, tgt = batch(cfg)
-    out = model(idx, tgt, r=0)
-    assert "gate_mean" not in out.aux
+    out = model(idx, tgt, r=0, stats=True)
+    assert "stats" not in out.aux
     torch.testing.assert_close(out.loss, F.cross_entropy(out.logits.flatten(0, 1), tgt.flatten()))
 
 

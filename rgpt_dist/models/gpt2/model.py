@@ -42,9 +42,10 @@ class GPT2(nn.Module):
         return KVCache(self.cfg.n_layer, strategy=strategy, block_size=self.cfg.block_size)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, r: int | None = None,
-                all_exits: bool = False, noise_key: object = None, cache: KVCache | None = None) -> ModelOutput:
-        """idx, targets: (B, T) token ids. `r`, `all_exits` and `noise_key` exist for a uniform
-        interface across families; a dense model has no recurrence and no noise. cache: from
+                all_exits: bool = False, noise_key: object = None, cache: KVCache | None = None,
+                stats: bool = False) -> ModelOutput:
+        """idx, targets: (B, T) token ids. `r`, `all_exits`, `noise_key` and `stats` exist for a uniform
+        interface across families; a dense model has no recurrence, no noise and no per-step statistics. cache: from
         `make_cache`, holding the tokens before idx (inference only); idx is appended to it."""
         if r is not None or all_exits:
             raise ValueError("GPT2 has no recurrence depth: r and all_exits are not supported")
