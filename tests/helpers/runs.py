@@ -6,9 +6,11 @@ from pathlib import Path
 
 from tests.helpers.dist import ROOT, torchrun
 
-COMMON = ["model.n_loops=4", "model.r_min=1", "train.seq_len=32", "train.micro_batch_size=2",
-          "train.global_batch_size=8", "train.warmup_steps=2", "train.lr=3e-3", "parallel.dtype=fp32",
-          "parallel.activation_checkpointing=recurrence", "log.every_steps=1", "log.wandb=disabled"]
+# family-independent shrinking, then the quickstart RecurrentGPT's depth settings
+BASE = ["train.seq_len=32", "train.micro_batch_size=2", "train.global_batch_size=8", "train.warmup_steps=2",
+        "train.lr=3e-3", "parallel.dtype=fp32", "parallel.activation_checkpointing=recurrence", "log.every_steps=1",
+        "log.wandb=disabled"]
+COMMON = ["model.n_loops=4", "model.r_min=1", *BASE]
 
 
 def prepare_dataset(out: Path) -> Path:
@@ -18,9 +20,10 @@ def prepare_dataset(out: Path) -> Path:
     return out
 
 
-def train(nproc, run_dir, dataset, *overrides, timeout=600, env=None):
-    """The quickstart config shrunk by COMMON, then `overrides`; returns the metrics records."""
-    torchrun("launcher.train", nproc, "configs/experiments/quickstart.yaml", *COMMON, f"data.paths=[{dataset}]",
+def train(nproc, run_dir, dataset, *overrides, timeout=600, env=None, common=COMMON):
+    """The quickstart config shrunk by `common` (another family: `BASE` and `model=FLAVOUR` among
+    the overrides), then `overrides`; returns the metrics records."""
+    torchrun("launcher.train", nproc, "configs/experiments/quickstart.yaml", *common, f"data.paths=[{dataset}]",
              f"log.run_dir={run_dir}", *overrides, timeout=timeout, env=env)
     return records(run_dir)
 

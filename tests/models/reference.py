@@ -158,3 +158,22 @@ def recurrent_gpt_cached_logits(sd, cfg, chunks, r, strategy):
         out.append(h @ sd["embed.wte.weight"].T)
         pos += T
     return out
+
+
+def poisson_logits(sd, cfg, idx, r, state):
+    """Heavy-tail Poisson depth (SPEC section 4): s^(0) = state (B, T, d); s = core(adapter[s, e])."""
+    eps = cfg.ln_eps
+    T = idx.shape[1]
+    e = sd["embed.wte.weight"][idx] + sd["embed.wpe.weight"][:T]
+    for i in range(cfg.n_pre):
+        e = block(e, sd, f"prelude.{i}.", cfg.n_head, eps)
+    adapter = torch.cat([sd["recurrence.adapt_s.weight"], sd["recurrence.adapt_e.weight"]], dim=1)  # (d, 2d)
+    s = state
+    for _ in range(r):
+        s = torch.cat([s, e], dim=-1) @ adapter.T
+        for i in range(cfg.n_rec):
+            s = block(s, sd, f"recurrence.blocks.{i}.", cfg.n_head, eps)
+    for i in range(cfg.n_coda):
+        s = block(s, sd, f"coda.{i}.", cfg.n_head, eps)
+    s = layer_norm(s, sd["head.ln_f.weight"], sd["head.ln_f.bias"], eps)
+    return s @ sd["embed.wte.weight"].T

@@ -1,0 +1,73 @@
+"""Heavy-tail Poisson depth (Huginn-style, Geiping et al. 2025; SPEC section 4) on the shared
+prelude/core/coda skeleton (rgpt_dist.models.looped).
+
+    e      = prelude(wte(idx) + wpe(pos))                    (B, T, d), the injected input
+    s^(0)  ~ N(0, state_std^2)                               the state starts from noise
+    step i = 1..r:
+      s^(i) = core(W_s s^(i-1) + W_e e)                      adapter([s, e]): 2d -> d, no gate
+    logits = head(coda(s^(r)))                               (B, T, V)
+
+Training draws r = Poisson(exp(t)) + 1, t ~ N(log(E[r] - 1) - s^2/2, s) per optimizer step (the
+spec's sampler) and backpropagates through the last k = min(r, k_max) steps only: the first r - k
+run without autograd, so they store nothing and cost no backward. s^(0) is keyed noise in training
+(recomputation redraws it); at evaluation it is one fixed draw per position (same for every batch
+row), so evaluation is reproducible and cached decoding equals uncached.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from rgpt_dist.models.kv_cache import LayerCache
+from rgpt_dist.models.layers import Block, LayerFactory
+from rgpt_dist.models.looped import LoopedLM
+from rgpt_dist.models.poisson.config import PoissonConfig
+from rgpt_dist.noise import NoiseKey
+from rgpt_dist.seeding import derive_seed
+
+
+class InjectedCore(nn.Module):
+    """One recurrence step: s_next = core(W_s s + W_e e). The e half is step-invariant: `anchor`
+    computes it once per forward."""
+
+    def __init__(self, cfg: PoissonConfig, factory: LayerFactory, out_std: float):
+        super().__init__()
+        d, std = cfg.d_model, cfg.init_std
+        # adapter([s, e]) as two d x d halves, row-parallel on their replicated inputs (like W_proj)
+        self.adapt_s = factory.linear(d, d, bias=False, parallel="row", input_is_parallel=False, init_std=std)
+        self.adapt_e = factory.linear(d, d, bias=False, parallel="row", input_is_parallel=False, init_std=std)
+        self.blocks = nn.ModuleList(Block(cfg, factory, out_std) for _ in range(cfg.n_rec))
+
+    def anchor(self, e: torch.Tensor) -> torch.Tensor:
+        return self.adapt_e(e)                                             # (B, T, d)
+
+    def forward(self, s: torch.Tensor, anchor: torch.Tensor, i: int, key: NoiseKey | None,
+                caches: list[LayerCache] | None = None) -> tuple[torch.Tensor, None]:
+        """s: (B, T, d) state; anchor: W_e e; i: the step (same weights at every step); key: unused
+        (no per-step noise); caches: this step's K/V cache of each core block, or None."""
+        x = self.adapt_s(s) + anchor
+        for block, cache in zip(self.blocks, caches or [None] * len(self.blocks)):
+            x = block(x, cache)
+        return x, None
+
+
+class PoissonDepthGPT(LoopedLM):
+    def __init__(self, cfg: PoissonConfig, factory: LayerFactory | None = None):
+        super().__init__(cfg, factory, lambda factory, out_std: InjectedCore(cfg, factory, out_std))
+        self._eval_state: torch.Tensor | None = None  # (block_size, d) fp32 on CPU, drawn once
+
+    def grad_steps(self, r: int) -> int:
+        return min(r, self.cfg.k_max)
+
+    def start(self, e: torch.Tensor, r: int, noise_key: NoiseKey | None, past: int):
+        """(s^(0), W_e e): training noise keyed like every other draw; evaluation: a fixed draw per
+        position past..past + T - 1, drawn on the CPU so every device sees the same numbers."""
+        B, T, d = e.shape
+        if noise_key is not None:
+            s = noise_key.normal("state", (B, T, d), self.cfg.state_std, e.device, e.dtype)
+        else:
+            if self._eval_state is None:
+                gen = torch.Generator().manual_seed(derive_seed(0, "poisson-eval-state"))
+                self._eval_state = torch.randn(self.cfg.block_size, d, generator=gen) * self.cfg.state_std
+            s = self._eval_state[past:past + T].to(e.device, e.dtype).expand(B, T, d)
+        return s, self.recurrence.anchor(e) if r > 0 else None
