@@ -1,9 +1,9 @@
 """The paper's experiment grid (SPEC sections 2-3) as experiment configs.
 
-Every cell of Table 1 that this system trains today (the dense baselines and RecurrentGPT, isoFLOPs
-and isoParams) at the standard (20,000 steps) and doubled (40,000 steps) budget, with the paper's
-recipe (the defaults of TrainConfig). `make configs` writes them to configs/experiments/; a test
-checks the files agree. Competitor families join the grid when they arrive.
+Every model of Table 1 that a registered family trains (the flavours in its spec's `paper_table1`:
+the dense baselines, RecurrentGPT and the competitors, isoFLOPs and isoParams) at the standard
+(20,000 steps) and doubled (40,000 steps) budget, with the paper's recipe (the defaults of
+TrainConfig). `make configs` writes them to configs/experiments/; a test checks the files agree.
 """
 from __future__ import annotations
 
@@ -14,14 +14,19 @@ import yaml
 
 BUDGETS = {"20k": 20000, "40k": 40000}
 MICRO_BATCH = 6
-CELLS = ["gpt2-small", "gpt2-medium", "gpt2-large", "recurrentgpt-small-isoflops", "recurrentgpt-medium-isoflops",
-         "recurrentgpt-large-isoflops", "recurrentgpt-medium-isoparams", "recurrentgpt-large-isoparams"]
+
+
+def trained_flavours() -> list[str]:
+    """Every flavour a family trains in Table 1, family by family (in discovery order)."""
+    from rgpt_dist.models.spec import families
+
+    return [name for spec in families().values() for name in spec.paper_table1]
 
 
 def grid() -> dict[str, dict[str, Any]]:
     """Experiment name -> config mapping (model flavour + the sections that differ from defaults)."""
     out = {}
-    for cell in CELLS:
+    for cell in trained_flavours():
         for budget, steps in BUDGETS.items():
             name = f"{cell}-{budget}"
             out[name] = {

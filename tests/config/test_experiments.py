@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from rgpt_dist.config import load_config
-from rgpt_dist.config.experiments import CELLS, grid
+from rgpt_dist.config.experiments import grid, trained_flavours
 from rgpt_dist.flops import param_count
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -13,7 +13,7 @@ EXPERIMENTS = ROOT / "configs" / "experiments"
 
 def test_grid_files_match_the_generator():
     files = {p.stem for p in EXPERIMENTS.glob("*.yaml")} - {"quickstart", "debug"}
-    assert files == set(grid()) and len(files) == 2 * len(CELLS)
+    assert files == set(grid()) and len(files) == 2 * len(trained_flavours())
     for name, data in grid().items():
         assert yaml.safe_load((EXPERIMENTS / f"{name}.yaml").read_text()) == data
 
