@@ -155,15 +155,19 @@ def report(name: str, cfg: ModelConfig, seq_len: int, dense: ModelConfig | None)
         row["fwd_ratio_to_dense"] = row["fwd_flops_per_token"] / forward_flops(dense, seq_len)
         row["train_ratio_to_dense"] = row["train_flops_per_token"] / train_flops(dense, seq_len)
     flags = []
-    table = paper_table1()
-    for part, n in spec_for(cfg).param_breakdown(cfg).items():
-        row[f"params_{part}"] = n
+    spec, table = spec_for(cfg), paper_table1()
+    parts = spec.param_breakdown(cfg)  # reported apart, e.g. RRT's LoRA ("+LoRA" in Table 1)
+    row.update({f"params_{part}": n for part, n in parts.items()})
     if name in table:
         p_params, p_flops = table[name]
+        comparable = row["params"] - sum(parts.values()) if spec.paper_params_note else row["params"]
         row["paper_params"], row["paper_flops_fwd"] = p_params, p_flops
-        row["params_vs_paper"] = row["params"] / p_params
+        row["params_vs_paper"] = comparable / p_params
         if abs(row["params_vs_paper"] - 1) > 0.02:
-            flags.append(f"params {row['params'] / 1e6:.1f}M vs paper {p_params / 1e6:.0f}M")
+            flags.append(f"params {comparable / 1e6:.1f}M vs paper {p_params / 1e6:.0f}M")
+        if spec.paper_params_note:
+            flags.append(f"paper params {p_params / 1e6:.0f}M {spec.paper_params_note}: ours "
+                         + ", ".join(f"{part} {n / 1e6:.1f}M" for part, n in parts.items()) + " on top")
         ours = row["fwd_flops_per_token"] + row["head_flops_per_token"]
         row["paper_flops_fwd_vs_ours"] = p_flops / ours
         flags.append(f"paper FLOPs/fwd {p_flops / 1e9:.3g}G is {p_flops / ours:.2f}x our Eq. 1 forward "

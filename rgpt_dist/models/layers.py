@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import torch
@@ -61,6 +62,15 @@ class ModelOutput:
     aux: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
+Deltas = Mapping[str, Callable[[torch.Tensor], torch.Tensor]]
+"""Projection name ('qkv', 'attn_proj', 'fc', 'mlp_proj') -> x -> an update added to its output."""
+
+
+def _project(layer: nn.Module, x: torch.Tensor, delta: Deltas | None, name: str) -> torch.Tensor:
+    """layer(x), plus delta[name](x) when a low-rank update is given (same input, same output shard)."""
+    return layer(x) if delta is None else layer(x) + delta[name](x)
+
+
 def layer_norm(cfg: Any) -> nn.LayerNorm:
     return nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps, bias=cfg.bias)
 
@@ -85,11 +95,12 @@ class CausalSelfAttention(nn.Module):
         self.qkv = factory.linear(d, 3 * d, bias=cfg.bias, parallel="column", init_std=cfg.init_std)
         self.proj = factory.linear(d, d, bias=cfg.bias, parallel="row", init_std=out_std)
 
-    def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: LayerCache | None = None, delta: Deltas | None = None) -> torch.Tensor:
         """x: (B, T, d), the new tokens. cache: their past's K/V (rgpt_dist.models.kv_cache), which
-        `update` extends with theirs; None attends within x only."""
+        `update` extends with theirs; None attends within x only. delta: low-rank updates added to
+        the projections ('qkv', 'attn_proj'), or None."""
         B, T, _ = x.shape
-        qkv = self.qkv(x).view(B, T, -1, 3, self.head_dim)          # (B, T, H_local, 3, hd)
+        qkv = _project(self.qkv, x, delta, "qkv").view(B, T, -1, 3, self.head_dim)  # (B, T, H_local, 3, hd)
         q, k, v = qkv.permute(3, 0, 2, 1, 4).unbind(0)                # each (B, H_local, T, hd)
         if cache is not None:
             k, v = cache.update(k, v)                                 # each (B, H_local, P + T, hd)
@@ -101,7 +112,7 @@ class CausalSelfAttention(nn.Module):
             mask = None if T == 1 else \
                 torch.arange(T, device=x.device)[:, None] + past >= torch.arange(past + T, device=x.device)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H_local, T, hd)
-        return self.proj(y.transpose(1, 2).reshape(B, T, -1))         # (B, T, d)
+        return _project(self.proj, y.transpose(1, 2).reshape(B, T, -1), delta, "attn_proj")  # (B, T, d)
 
 
 class MLP(nn.Module):
@@ -113,8 +124,9 @@ class MLP(nn.Module):
         self.fc = factory.linear(d, 4 * d, bias=cfg.bias, parallel="column", init_std=cfg.init_std)
         self.proj = factory.linear(4 * d, d, bias=cfg.bias, parallel="row", init_std=out_std)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj(F.gelu(self.fc(x), approximate="tanh"))
+    def forward(self, x: torch.Tensor, delta: Deltas | None = None) -> torch.Tensor:
+        """delta: low-rank updates of 'fc' and 'mlp_proj', or None."""
+        return _project(self.proj, F.gelu(_project(self.fc, x, delta, "fc"), approximate="tanh"), delta, "mlp_proj")
 
 
 class Block(nn.Module):
@@ -127,9 +139,10 @@ class Block(nn.Module):
         self.ln_2 = layer_norm(cfg)
         self.mlp = MLP(cfg, factory, out_std)
 
-    def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), cache)
-        return x + self.mlp(self.ln_2(x))
+    def forward(self, x: torch.Tensor, cache: LayerCache | None = None, delta: Deltas | None = None) -> torch.Tensor:
+        """delta: per-projection low-rank updates (Relaxed Recursive Transformer's per-step LoRA)."""
+        x = x + self.attn(self.ln_1(x), cache, delta)
+        return x + self.mlp(self.ln_2(x), delta)
 
 
 class Embeddings(nn.Module):

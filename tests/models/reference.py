@@ -177,3 +177,44 @@ def poisson_logits(sd, cfg, idx, r, state):
         s = block(s, sd, f"coda.{i}.", cfg.n_head, eps)
     s = layer_norm(s, sd["head.ln_f.weight"], sd["head.ln_f.bias"], eps)
     return s @ sd["embed.wte.weight"].T
+
+
+def _lin(x, sd, p, lora, name, scale):
+    """x W^T + b, plus scale * x A^T B^T from the step's adapter `lora + name` when given."""
+    y = x @ sd[p + "weight"].T + sd[p + "bias"]
+    if lora is not None:
+        y = y + scale * (x @ sd[f"{lora}{name}.A.weight"].T) @ sd[f"{lora}{name}.B.weight"].T
+    return y
+
+
+def lora_block(x, sd, p, n_head, eps, lora, scale):
+    """A GPT-2 block whose four projections carry the LoRA adapters under prefix `lora`."""
+    B, T, d = x.shape
+    hd = d // n_head
+    a = layer_norm(x, sd[p + "ln_1.weight"], sd[p + "ln_1.bias"], eps)
+    qkv = _lin(a, sd, p + "attn.qkv.", lora, "qkv", scale)
+    mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    heads = []
+    for h in range(n_head):
+        q, k, v = (qkv[..., h * 3 * hd + j * hd: h * 3 * hd + (j + 1) * hd] for j in range(3))
+        heads.append(torch.softmax((q @ k.transpose(-1, -2) / math.sqrt(hd)).masked_fill(mask, float("-inf")), -1) @ v)
+    x = x + _lin(torch.cat(heads, -1), sd, p + "attn.proj.", lora, "attn_proj", scale)
+    m = layer_norm(x, sd[p + "ln_2.weight"], sd[p + "ln_2.bias"], eps)
+    m = gelu_tanh(_lin(m, sd, p + "mlp.fc.", lora, "fc", scale))
+    return x + _lin(m, sd, p + "mlp.proj.", lora, "mlp_proj", scale)
+
+
+def relaxed_logits(sd, cfg, idx, r):
+    """Relaxed Recursive Transformer: step i runs the shared core with adapters i."""
+    eps, scale = cfg.ln_eps, cfg.lora_alpha / cfg.lora_rank
+    T = idx.shape[1]
+    h = sd["embed.wte.weight"][idx] + sd["embed.wpe.weight"][:T]
+    for i in range(cfg.n_pre):
+        h = block(h, sd, f"prelude.{i}.", cfg.n_head, eps)
+    for step in range(r):
+        for j in range(cfg.n_rec):
+            h = lora_block(h, sd, f"recurrence.blocks.{j}.", cfg.n_head, eps, f"recurrence.adapters.{step}.{j}.", scale)
+    for i in range(cfg.n_coda):
+        h = block(h, sd, f"coda.{i}.", cfg.n_head, eps)
+    h = layer_norm(h, sd["head.ln_f.weight"], sd["head.ln_f.bias"], eps)
+    return h @ sd["embed.wte.weight"].T

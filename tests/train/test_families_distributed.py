@@ -15,8 +15,12 @@ from tests.train.test_distributed import _kill_after
 
 pytestmark = pytest.mark.slow
 
-# per family: the flavour and its depth settings (Poisson: mean depth 4, gradient through 2 steps)
-FAMILIES = {"poisson": ["model=poisson-debug", "model.n_loops=4", "model.k_max=2"]}
+# per family: the flavour and its depth settings (Poisson: mean depth 4, gradient through 2 steps;
+# RRT: 3 steps with their adapters)
+FAMILIES = {"poisson": ["model=poisson-debug", "model.n_loops=4", "model.k_max=2"],
+            "relaxed": ["model=rrt-debug", "model.n_loops=3"]}
+# what makes a run independent of the data-parallel layout (noise keys include the dp rank)
+DETERMINISTIC = {"poisson": ["model.state_std=0"], "relaxed": []}
 # one vocabulary padding for every layout (it changes the initial weights), divisible by tp = 2
 STEPS = ["model.pad_vocab_multiple=256", "train.max_steps=5", "eval.every_steps=5", "checkpoint.every_steps=5"]
 
@@ -35,17 +39,18 @@ def one_rank(request, dataset, tmp_path_factory):
     """One process, ZeRO-0, deterministic state: what every data-parallel layout must reproduce."""
     family = request.param
     recs = run(1, tmp_path_factory.mktemp(f"{family}-ref"), dataset, family, "parallel.zero_stage=0",
-               "model.state_std=0", *STEPS)
+               *DETERMINISTIC[family], *STEPS)
     return family, recs
 
 
 @pytest.mark.parametrize("stage", [0, 1, 3])  # ZeRO-2: the tp test below
 def test_two_ranks_match_one_rank_at_every_zero_stage(stage, one_rank, dataset, tmp_path):
     family, ref = one_rank
-    got = run(2, tmp_path, dataset, family, f"parallel.zero_stage={stage}", "model.state_std=0", *STEPS)
+    got = run(2, tmp_path, dataset, family, f"parallel.zero_stage={stage}", *DETERMINISTIC[family], *STEPS)
     assert [r["r"] for r in got if "loss" in r] == [r["r"] for r in ref if "loss" in r]
     depths = [r["r"] for r in ref if "loss" in r]
-    assert max(depths) > 2, f"no step truncated its backprop: depths {depths}"  # k_max = 2
+    if family == "poisson":
+        assert max(depths) > 2, f"no step truncated its backprop: depths {depths}"  # k_max = 2
     assert [s for s, _ in losses(got)] == [1, 2, 3, 4, 5]
     for (_, a), (_, b) in zip(losses(got), losses(ref)):
         assert a == pytest.approx(b, rel=2e-5)
@@ -54,16 +59,17 @@ def test_two_ranks_match_one_rank_at_every_zero_stage(stage, one_rank, dataset, 
 
 def test_tp2_x_dp2_at_zero2_matches_one_rank(one_rank, dataset, tmp_path):
     """Megatron layers for the family's own modules (Poisson's adapter halves are row-parallel on
-    replicated inputs); the deterministic state makes every layout comparable to one rank."""
+    replicated inputs; RRT's LoRA takes its projection's split); with the layout-independent
+    settings every layout is comparable to one rank."""
     family, ref = one_rank
-    got = run(4, tmp_path, dataset, family, "parallel.tp_size=2", "parallel.zero_stage=2", "model.state_std=0",
+    got = run(4, tmp_path, dataset, family, "parallel.tp_size=2", "parallel.zero_stage=2", *DETERMINISTIC[family],
               *STEPS)
     assert [s for s, _ in losses(got)] == [1, 2, 3, 4, 5]
     for (_, a), (_, b) in zip(losses(got), losses(ref)):
         assert a == pytest.approx(b, rel=2e-5)
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", ["poisson"])  # truncated backprop at ZeRO-3: the new resume risk
 def test_sigkill_and_restart_is_bitwise(family, dataset, tmp_path):
     args = ["parallel.zero_stage=3", "train.max_steps=8", "checkpoint.every_steps=3", "eval.every_steps=0"]
     full = losses(run(2, tmp_path / "full", dataset, family, *args))

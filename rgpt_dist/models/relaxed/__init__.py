@@ -1,0 +1,55 @@
+"""Relaxed Recursive Transformer (SPEC section 4): config.py (RelaxedConfig), model.py
+(RelaxedRecursiveGPT, its per-step LoRA). Trained in the three isoFLOPs cells of Table 1."""
+from __future__ import annotations
+
+from typing import Any
+
+from rgpt_dist.config.flavours import CELLS, DEBUG_WIDTH, looped
+from rgpt_dist.depth import FixedDepth
+from rgpt_dist.models.relaxed.config import RelaxedConfig
+from rgpt_dist.models.spec import LoopedSpec
+
+ISOFLOPS = [cell for cell in CELLS if cell.endswith("isoflops")]
+
+
+class RelaxedSpec(LoopedSpec):
+    name = "relaxed"
+    title = "RRT"
+    config = RelaxedConfig
+    model = "rgpt_dist.models.relaxed.model:RelaxedRecursiveGPT"
+    hf_writer = ""
+    flavours = {**{f"rrt-{cell}": looped("relaxed", cell) for cell in ISOFLOPS},
+                "rrt-debug": {"family": "relaxed", **DEBUG_WIDTH, "n_pre": 1, "n_rec": 1, "n_loops": 2, "n_coda": 1,
+                              "lora_rank": 8, "lora_alpha": 8.0}}
+    dense_reference = {**{f"rrt-{cell}": CELLS[cell][1] for cell in ISOFLOPS}, "rrt-debug": "gpt2-debug"}
+    # Table 1 prints the cell's Params "+LoRA": the adapters are not in its number
+    paper_table1 = {"rrt-small-isoflops": (36e6, 1.84e9), "rrt-medium-isoflops": (124e6, 7.35e9),
+                    "rrt-large-isoflops": (288e6, 21.1e9)}
+    paper_val_loss = {"rrt-small-isoflops": 3.14, "rrt-medium-isoflops": 2.95, "rrt-large-isoflops": 2.85}
+    paper_params_note = "+LoRA"
+
+    def depth_sampler(self, cfg: Any):
+        """Depth-fixed: always R."""
+        return FixedDepth(cfg.n_loops)
+
+    def max_eval_depth(self, cfg: Any) -> int:
+        return cfg.n_loops
+
+    def _lora_per_block_step(self, cfg: Any) -> int:
+        """A (rank x in) + B (out x rank) on qkv (d -> 3d), attention out (d -> d), fc (d -> 4d) and
+        the MLP out (4d -> d): rank x 16 d."""
+        return cfg.lora_rank * 16 * cfg.d_model
+
+    def extra_params(self, cfg: Any) -> int:
+        return cfg.n_loops * cfg.n_rec * self._lora_per_block_step(cfg)
+
+    def param_breakdown(self, cfg: Any) -> dict[str, int]:
+        return {"lora": self.extra_params(cfg)}
+
+    def step_flops(self, cfg: Any, r: float | None = None) -> float:
+        """Every adapter costs 2 FLOPs per parameter per token: 32 rank d per core block and step."""
+        return (cfg.n_loops if r is None else r) * cfg.n_rec * 2.0 * self._lora_per_block_step(cfg)
+
+
+SPEC = RelaxedSpec()
+__all__ = ["SPEC", "RelaxedConfig"]
