@@ -162,6 +162,7 @@ def report(name: str, cfg: ModelConfig, seq_len: int, dense: ModelConfig | None)
         p_params, p_flops = table[name]
         comparable = row["params"] - sum(parts.values()) if spec.paper_params_note else row["params"]
         row["paper_params"], row["paper_flops_fwd"] = p_params, p_flops
+        row["paper_params_note"] = spec.paper_params_note or None
         row["params_vs_paper"] = comparable / p_params
         if abs(row["params_vs_paper"] - 1) > 0.02:
             flags.append(f"params {comparable / 1e6:.1f}M vs paper {p_params / 1e6:.0f}M")

@@ -5,7 +5,7 @@
 #   sbatch --nodes=2 --time=06:00:00 slurm/medium_isoflops.sh        # any #SBATCH line, from the command line
 # Every setting and environment override: docs/cluster.md. Shared logic: slurm/common.sh.
 #SBATCH --job-name=rgpt-medium-isoflops
-#SBATCH --array=0-1
+#SBATCH --array=0-3
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-node=8
@@ -16,7 +16,9 @@
 #SBATCH --open-mode=append
 #SBATCH --output=logs/%x-%A_%a.out
 
+# Array task ids: 0 the dense baseline, 1 RecurrentGPT, then the competitors in the order they arrived
+# (2 heavy-tail Poisson, 3 RRT where the paper trains it); new models are appended, so an id keeps its meaning.
 # shellcheck disable=SC2034  # read by common.sh
-MODELS=(gpt2-medium recurrentgpt-medium-isoflops)
+MODELS=(gpt2-medium recurrentgpt-medium-isoflops poisson-medium-isoflops rrt-medium-isoflops)
 # shellcheck source-path=SCRIPTDIR source=common.sh
 source "${RGPT_ROOT:-${SLURM_SUBMIT_DIR:-.}}/slurm/common.sh"

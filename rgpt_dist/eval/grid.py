@@ -37,7 +37,7 @@ COLUMNS = ["name", "cell", "scale", "setting", "method", "family", "budget", "ma
            "params", "params_no_embedding", "seq_len", "fwd_flops_per_token", "head_flops_per_token", "expected_r",
            "train_flops_per_token", "tokens_per_step", "train_flops_total", "status", "progress", "steps_done",
            "tokens_seen", "train_flops_done", "train_loss", "val_loss", "val_step", "early_exit", "early_exit_str",
-           "dense_run", "delta_vs_dense", "fwd_ratio_to_dense", "paper_params", "paper_flops_fwd",
+           "dense_run", "delta_vs_dense", "fwd_ratio_to_dense", "paper_params", "paper_params_note", "paper_flops_fwd",
            "paper_val_loss", "last_checkpoint", "problem", "flags", "run_dir"]
 
 
@@ -144,7 +144,7 @@ def _costs(cell: str, cfg, problems: list[str]) -> dict[str, Any]:
         problems.append(f"flops: {type(e).__name__}: {e}")
         return out
     keys = ("layout", "unique_blocks", "params", "params_no_embedding", "fwd_flops_per_token", "head_flops_per_token",
-            "expected_r", "train_flops_per_token", "paper_params", "paper_flops_fwd", "flags")
+            "expected_r", "train_flops_per_token", "paper_params", "paper_params_note", "paper_flops_fwd", "flags")
     out.update({k: rep.get(k) for k in keys})
     out["train_flops_total"] = rep["train_flops_per_token"] * out["tokens_per_step"] * t.max_steps
     return out
@@ -217,7 +217,8 @@ def _add_dense_comparison(rows: list[dict[str, Any]]) -> None:
 def _order(row: dict[str, Any]) -> tuple:
     scale = SCALES.index(row["scale"]) if row["scale"] in SCALES else len(SCALES)
     setting = ["dense", "isoFLOPs", "isoParams"].index(row["setting"]) if row["setting"] else 3
-    return scale, row["max_steps"] or float("inf"), setting, row["name"]
+    family = families().get(row["family"])
+    return scale, row["max_steps"] or float("inf"), setting, family.table1_row if family else 99, row["name"]
 
 
 def write_table(rows: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:
@@ -283,7 +284,8 @@ def _md_row(r: dict[str, Any]) -> list[str]:
     params = "-" if r["params"] is None else f"{_si(r['params'])} ({_si(r['params_no_embedding'])})"
     paper = "-"
     if r["paper_params"] is not None or r["paper_val_loss"] is not None:
-        paper = f"{_si(r['paper_flops_fwd'])}, {_si(r['paper_params'])}, {_fmt(r['paper_val_loss'], '.2f')}"
+        note = r.get("paper_params_note") or ""
+        paper = f"{_si(r['paper_flops_fwd'])}, {_si(r['paper_params'])}{note}, {_fmt(r['paper_val_loss'], '.2f')}"
     blocks = "-" if r["unique_blocks"] is None else str(r["unique_blocks"])
     return [model, r["layout"] or "-", blocks, r["budget"] or "-",
             _si(r["fwd_flops_per_token"]), params, _si(r["train_flops_total"]), _fmt(r["val_loss"], ".4f"),

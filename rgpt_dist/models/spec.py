@@ -48,6 +48,9 @@ class FamilySpec:
     """Flavour -> the paper's Table 1 validation loss at the standard 20k-step budget."""
     paper_params_note: ClassVar[str] = ""
     """What the paper's Params column leaves out for this family (RRT: '+LoRA')."""
+    table1_row: ClassVar[int] = 99
+    """Position of the family's row within a Table 1 cell (dense 0, MoR 1, Poisson 2, Ouro 3, RRT 4,
+    RecurrentGPT 5)."""
     recurrent: ClassVar[bool] = False
     """Whether forward takes a depth r (and all_exits): the early-exit curve exists."""
     diagnostics: ClassVar[bool] = False
@@ -179,12 +182,17 @@ class LoopedSpec(FamilySpec):
     def block_executions(self, cfg: Any, r: float | None = None) -> float:
         return float(cfg.n_pre + cfg.n_rec * (cfg.n_loops if r is None else r) + cfg.n_coda)
 
+    def grad_steps(self, cfg: Any, r: float) -> float:
+        """Steps of a depth-r training forward that carry gradient (all: no truncated backprop)."""
+        return r
+
     def recompute_flops(self, cfg: Any, seq_len: int, r: float | None, mode: str) -> float:
-        """`recurrence`: every recurrence step (the core's blocks and the executed step extras);
-        `blocks`: also every prelude and coda block."""
+        """`recurrence`: every recurrence step with gradient (the core's blocks and the executed
+        per-step extras; steps run without autograd save nothing to recompute); `blocks`: also
+        every prelude and coda block."""
         r = cfg.n_loops if r is None else r
         per_step = self.executed_step_flops(cfg, 2) - self.executed_step_flops(cfg, 1)  # the per-step part
-        flops = r * (cfg.n_rec * block_flops(cfg, seq_len) + per_step)
+        flops = self.grad_steps(cfg, r) * (cfg.n_rec * block_flops(cfg, seq_len) + per_step)
         return flops + ((cfg.n_pre + cfg.n_coda) * block_flops(cfg, seq_len) if mode == "blocks" else 0.0)
 
     def cached_layers(self, cfg: Any, strategy: str, r: int | None) -> int:

@@ -65,7 +65,7 @@ def test_dry_run_composes_srun_torchrun_and_the_config():
             "log.every_steps=5") in out  # the batch shell requeues, not the trainer
 
 
-@pytest.mark.parametrize("env,task,message", [({}, 2, "this cell has 2 models"),
+@pytest.mark.parametrize("env,task,message", [({}, 4, "this cell has 4 models"),
                                               ({"BUDGET": "30k"}, 0, "BUDGET must be 20k or 40k")])
 def test_bad_task_or_budget_is_refused(env, task, message):
     done = dry_run(ROOT / "slurm" / "small_isoflops.sh", task, **env)

@@ -61,18 +61,20 @@ def test_small_isoflops_array_completes_with_checkpoints_and_metrics(cluster, da
                   f"data.paths=[{dataset}]"])
     states = cluster.wait(job, timeout=600)
     logs = "\n".join(p.read_text() for p in tmp_path.glob("*.out"))
-    assert states == {f"{job}_0": "COMPLETED", f"{job}_1": "COMPLETED"}, logs[-3000:]
-    for model in ("gpt2-small", "recurrentgpt-small-isoflops"):
+    models = ("gpt2-small", "recurrentgpt-small-isoflops", "poisson-small-isoflops", "rrt-small-isoflops")
+    assert states == {f"{job}_{i}": "COMPLETED" for i in range(len(models))}, logs[-3000:]
+    for model in models:
         run = tmp_path / f"{model}-20k"
         assert (run / "checkpoints" / "latest").read_text() == "step_00000004"
         recs = records(run)
         assert [s for s, _ in losses(recs)] == [1, 2, 3, 4]
         assert recs[-1]["val_loss"] > 0
-    assert "early_exit" in records(tmp_path / "recurrentgpt-small-isoflops-20k")[-1]
+    assert all("early_exit" in records(tmp_path / f"{m}-20k")[-1] for m in models[1:])
     from launcher.eval import main as rgpt_eval  # the grid summary of what the array produced
     assert rgpt_eval(["grid", str(tmp_path), "--out", str(tmp_path / "grid")]) == 0
     rows = json.loads((tmp_path / "grid" / "grid.json").read_text())
-    assert sorted(r["status"] for r in rows) == ["finished", "finished"]
+    assert sorted(r["status"] for r in rows) == ["finished"] * len(models)
+    assert sorted(r["method"] for r in rows) == ["GPT-2", "Heavy-tail Poisson", "RRT", "RecurrentGPT"]
 
 
 def _wait_for(predicate, timeout: float, what: str):

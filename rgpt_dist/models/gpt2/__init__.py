@@ -15,6 +15,7 @@ def _gpt2(scale: str, n_layer: int) -> dict:
 class GPT2Spec(FamilySpec):
     name = "gpt2"
     title = "GPT-2"
+    table1_row = 0
     config = GPT2Config
     model = "rgpt_dist.models.gpt2.model:GPT2"
     hf_writer = "rgpt_dist.export.hf_dense:write_hf_gpt2"

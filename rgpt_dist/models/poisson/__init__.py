@@ -12,6 +12,7 @@ from rgpt_dist.models.spec import LoopedSpec, block_flops
 class PoissonSpec(LoopedSpec):
     name = "poisson"
     title = "Heavy-tail Poisson"
+    table1_row = 2
     config = PoissonConfig
     model = "rgpt_dist.models.poisson.model:PoissonDepthGPT"
     hf_writer = ""

@@ -13,6 +13,7 @@ from rgpt_dist.models.spec import LoopedSpec
 class RecurrentGPTSpec(LoopedSpec):
     name = "recurrent_gpt"
     title = "RecurrentGPT"
+    table1_row = 5
     config = RecurrentGPTConfig
     model = "rgpt_dist.models.recurrent_gpt.model:RecurrentGPT"
     hf_writer = "rgpt_dist.export.hf_recurrent_writer:write_hf_recurrent"

@@ -15,6 +15,7 @@ ISOFLOPS = [cell for cell in CELLS if cell.endswith("isoflops")]
 class RelaxedSpec(LoopedSpec):
     name = "relaxed"
     title = "RRT"
+    table1_row = 4
     config = RelaxedConfig
     model = "rgpt_dist.models.relaxed.model:RelaxedRecursiveGPT"
     hf_writer = ""
