@@ -1,13 +1,15 @@
-"""Forward+backward throughput of a CPU-sized RecurrentGPT isoFLOPs layout against its dense
-counterpart, interleaved A/B in one process, with MFU against a matmul peak measured in the same run.
+"""Forward+backward throughput of a CPU-sized isoFLOPs layout of every looped family (RecurrentGPT and
+its competitors) against its dense counterpart, interleaved round-robin in one process, with MFU
+against a matmul peak measured in the same run.
 
     .venv/bin/python benchmarks/model_throughput.py            # full run (~3 minutes on 2 cores)
     .venv/bin/python benchmarks/model_throughput.py --quick    # smoke run (seconds)
 
-Prints time(recurrent)/time(dense) per step, the Eq. 1 FLOPs ratio of the two layouts (the floor of
-the raw time ratio: the recurrent layout executes the same blocks plus W_proj and the gate), and the
-FLOP-normalised ratio = time ratio / FLOPs ratio (1.0 = the recurrent code is as efficient per FLOP
-as the dense one). Target: FLOP-normalised ratio <= 1.03 in fp32.
+Prints, per family at r = R, time(family)/time(dense) per step, the Eq. 1 training FLOPs ratio of the
+two layouts (the floor of the raw time ratio: the looped layout executes the same blocks plus its
+per-step extras: W_proj and the gate, an adapter, LoRA), and the FLOP-normalised ratio = time ratio /
+FLOPs ratio (1.0 = the family's code is as efficient per FLOP as the dense one). Target:
+FLOP-normalised ratio <= 1.03 in fp32.
 
 glibc's malloc returns large freed blocks to the OS and page-faults them back on the next step,
 which on CPU costs more than the ops themselves and penalises whichever model allocates more
@@ -24,9 +26,9 @@ import time
 
 import torch
 
-from rgpt_dist.config import GPT2Config, RecurrentGPTConfig
-from rgpt_dist.flops import executed_forward_flops, forward_flops, head_flops
-from rgpt_dist.models.spec import spec_for
+from rgpt_dist.config.model import LoopedConfig
+from rgpt_dist.flops import executed_forward_flops, head_flops, train_flops
+from rgpt_dist.models.spec import families, spec_for
 from rgpt_dist.noise import NoiseKey
 from rgpt_dist.registry import build_model
 
@@ -56,10 +58,28 @@ def step_time(model, idx, tgt, r, step) -> float:
     return time.perf_counter() - t
 
 
+def looped_families() -> list[str]:
+    """Every registered family with the prelude/core/coda shape (RecurrentGPT and its competitors)."""
+    return [name for name, spec in families().items() if issubclass(spec.config, LoopedConfig)]
+
+
+def measure(models: dict, depth: dict, idx, tgt, steps: int) -> dict[str, list[float]]:
+    """Step times, interleaved round-robin with a rotating start so no model always runs first."""
+    for name, m in models.items():  # warm-up
+        step_time(m, idx, tgt, depth[name], 0)
+    names, times = list(models), {name: [] for name in models}
+    for i in range(steps):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            times[name].append(step_time(models[name], idx, tgt, depth[name], i + 1))
+    return times
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny sizes, few steps (smoke test)")
-    p.add_argument("--steps", type=int, default=None, help="timed steps per model (default 12, quick 2)")
+    p.add_argument("--steps", type=int, default=None, help="timed steps per model (default 10, quick 2)")
+    p.add_argument("--families", default=",".join(looped_families()),
+                   help="comma-separated looped families to compare with dense (default: all)")
     p.add_argument("--system-malloc", action="store_true", help="keep glibc's default malloc trimming")
     args = p.parse_args()
     if not args.system_malloc and os.environ.get("MALLOC_MMAP_THRESHOLD_") is None:
@@ -70,40 +90,38 @@ def main() -> None:
         d, heads, S, B, vocab, (n_pre, n_rec, R, n_coda), steps = 64, 4, 64, 2, 512, (1, 1, 2, 1), 2
     else:  # the medium cell's 2+5x4+2 layout (24 block executions) at CPU width
         d, heads, S, B, vocab, (n_pre, n_rec, R, n_coda), steps = 256, 4, 256, 16, 4096, (2, 5, 4, 2), 10
-    steps = args.steps or steps
     common = dict(vocab_size=vocab, block_size=S, d_model=d, n_head=heads)
-    dense_cfg = GPT2Config(n_layer=n_pre + n_rec * R + n_coda, **common)
-    rec_cfg = RecurrentGPTConfig(n_pre=n_pre, n_rec=n_rec, n_loops=R, n_coda=n_coda, **common)
-    models = {"dense": build_model(dense_cfg, seed=0).train(), "recurrent": build_model(rec_cfg, seed=0).train()}
-    depth = {"dense": None, "recurrent": R}
-    flops = {name: 3 * (forward_flops(cfg, S) + head_flops(cfg)) * B * S
-             for name, cfg in (("dense", dense_cfg), ("recurrent", rec_cfg))}
+    cfgs = {"dense": spec_for("gpt2").config(n_layer=n_pre + n_rec * R + n_coda, **common)}
+    cfgs.update({name: spec_for(name).config(n_pre=n_pre, n_rec=n_rec, n_loops=R, n_coda=n_coda, **common)
+                 for name in args.families.split(",")})
+    models = {name: build_model(cfg, seed=0).train() for name, cfg in cfgs.items()}
+    depth = {name: None if name == "dense" else R for name in cfgs}  # every family at r = R
+    flops = {name: train_flops(cfg, S, depth[name]) * B * S for name, cfg in cfgs.items()}  # Eq. 1, head incl.
     idx = torch.randint(0, vocab, (B, S))
-    tgt = torch.roll(idx, -1, 1)
-    for name, m in models.items():  # warm-up
-        step_time(m, idx, tgt, depth[name], 0)
-    times: dict[str, list[float]] = {"dense": [], "recurrent": []}
-    for i in range(steps):  # interleaved A/B, alternating which goes first
-        order = ("dense", "recurrent") if i % 2 == 0 else ("recurrent", "dense")
-        for name in order:
-            times[name].append(step_time(models[name], idx, tgt, depth[name], i + 1))
+    times = measure(models, depth, idx, torch.roll(idx, -1, 1), args.steps or steps)
     peak = matmul_peak(256 if args.quick else 1024, 3 if args.quick else 10)
+    report(args, cfgs, times, flops, peak, dict(B=B, S=S, d=d, vocab=vocab))
 
+
+def report(args, cfgs: dict, times: dict, flops: dict, peak: float, shape: dict) -> None:
     malloc = "glibc defaults" if args.system_malloc else "malloc keeps freed memory"
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, fp32, B={B} S={S} d={d} vocab={vocab}, {malloc}")
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, fp32, "
+          + " ".join(f"{k}={v}" for k, v in shape.items()) + f", {malloc}")
     print(f"matmul peak: {peak / 1e9:.1f} GFLOP/s")
-    for name, cfg in (("dense", dense_cfg), ("recurrent", rec_cfg)):
+    for name, cfg in cfgs.items():
         t = statistics.median(times[name])
-        layout = spec_for(cfg).layout(cfg)
-        print(f"{name:>9} {layout:>8}: {t * 1e3:8.1f} ms/step  {B * S / t:8.0f} tok/s  "
-              f"MFU {flops[name] / t / peak:6.1%}")
-    time_ratio = statistics.median(times["recurrent"]) / statistics.median(times["dense"])
-    flops_ratio = flops["recurrent"] / flops["dense"]
-    print(f"time(recurrent)/time(dense) = {time_ratio:.3f}")
-    executed_ratio = ((executed_forward_flops(rec_cfg, S) + head_flops(rec_cfg))
-                      / (executed_forward_flops(dense_cfg, S) + head_flops(dense_cfg)))
-    print(f"Eq.1 FLOPs ratio (incl. head) = {flops_ratio:.3f}  (matmul FLOPs executed: {executed_ratio:.3f})")
-    print(f"FLOP-normalised ratio = {time_ratio / flops_ratio:.3f}  (target <= 1.03)")
+        print(f"{name:>13} {spec_for(cfg).layout(cfg):>8}: {t * 1e3:8.1f} ms/step  "
+              f"{shape['B'] * shape['S'] / t:8.0f} tok/s  MFU {flops[name] / t / peak:6.1%}")
+    S, dense = shape["S"], cfgs["dense"]
+    for name, cfg in cfgs.items():
+        if name == "dense":
+            continue
+        time_ratio = statistics.median(times[name]) / statistics.median(times["dense"])
+        flops_ratio = flops[name] / flops["dense"]
+        executed = ((executed_forward_flops(cfg, S) + head_flops(cfg)) / (executed_forward_flops(dense, S) + head_flops(dense)))
+        print(f"{name}: time({name})/time(dense) = {time_ratio:.3f}, Eq.1 FLOPs ratio (incl. head) = "
+              f"{flops_ratio:.3f} (forward matmul FLOPs executed: {executed:.3f}), "
+              f"FLOP-normalised ratio = {time_ratio / flops_ratio:.3f}  (target <= 1.03)")
 
 
 if __name__ == "__main__":
