@@ -6,7 +6,7 @@
 1. Step time (forward+backward, fp32, noise on) with per-recurrence checkpointing vs without,
    interleaved A/B in one process: ratio target <= 1.15.
 2. Peak memory of one forward+backward for R in {1, 2, 4, 8, 16}, with and without checkpointing
-   (torch's MemTracker): ratio R=16 / R=1 with checkpointing, target <= 1.25.
+   (torch's MemTracker), for every looped family: ratio R=16 / R=1 with checkpointing, target <= 1.25.
 3. Throughput of 2 data-parallel ranks vs 1 (DeepSpeed ZeRO-2 under torchrun, the launcher's own
    tokens/s and MFU from metrics.jsonl).
 """
@@ -27,7 +27,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rgpt_dist.config import RecurrentGPTConfig  # noqa: E402
+from rgpt_dist.config.model import LoopedConfig  # noqa: E402
+from rgpt_dist.models.spec import families, spec_for  # noqa: E402
 from rgpt_dist.noise import NoiseKey  # noqa: E402
 from rgpt_dist.parallel.checkpointing import apply_activation_checkpointing  # noqa: E402
 from rgpt_dist.registry import build_model  # noqa: E402
@@ -36,8 +37,8 @@ SHAPE = dict(B=8, S=256)
 MODEL = dict(vocab_size=4096, block_size=256, d_model=256, n_head=4, n_pre=1, n_rec=2, n_coda=1)
 
 
-def make(r_max: int, mode: str):
-    model = build_model(RecurrentGPTConfig(n_loops=r_max, **MODEL), seed=0).train()
+def make(r_max: int, mode: str, family: str = "recurrent_gpt"):
+    model = build_model(spec_for(family).config(n_loops=r_max, **MODEL), seed=0).train()
     apply_activation_checkpointing(model, mode)
     idx = torch.randint(0, MODEL["vocab_size"], (SHAPE["B"], SHAPE["S"] + 1), generator=torch.Generator().manual_seed(0))
     return model, idx[:, :-1], idx[:, 1:]
@@ -64,17 +65,32 @@ def step_times(r: int, steps: int) -> dict[str, float]:
     return {mode: statistics.median(v) for mode, v in times.items()}
 
 
-def peak_memory(r: int, mode: str) -> float:
-    """Peak bytes (parameters, activations, gradients, temporaries) of one forward+backward, from
-    torch's MemTracker, which follows every tensor's storage (CPU and GPU alike)."""
-    from torch.distributed._tools.mem_tracker import MemTracker
+def peak_memory(r: int, mode: str, family: str = "recurrent_gpt") -> tuple[float, float]:
+    """Peak bytes of one forward+backward, from torch's MemTracker, which follows every tensor's
+    storage (CPU and GPU alike): (everything, everything but parameters and gradients). The second
+    matters for RRT, whose LoRA parameters grow with R."""
+    from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
 
-    m, x, y = make(r, mode)
+    m, x, y = make(r, mode, family)
     tracker = MemTracker()
     tracker.track_external(m)
     with tracker:
         fwd_bwd(m, x, y, r)
-    return sum(dev["Total"] for dev in tracker.get_tracker_snapshot("peak").values())
+    peak = tracker.get_tracker_snapshot("peak").values()
+    weights = sum(dev.get(_MemRefType.PARAM, 0) + dev.get(_MemRefType.GRAD, 0) for dev in peak)
+    total = sum(dev["Total"] for dev in peak)
+    return total, total - weights
+
+
+def memory_table(family: str) -> None:
+    """Peak memory for R in 1..16 per checkpointing mode, with the R=16 / R=1 ratios."""
+    modes, depths = ("none", "recurrence", "selective"), (1, 2, 4, 8, 16)
+    mem = {(r, mode): peak_memory(r, mode, family) for mode in modes for r in depths}
+    print(f"2. {family}: peak memory of one step, MB (r = R; without parameters and gradients in brackets):")
+    for mode in modes:
+        row = "  ".join(f"R={r}: {mem[(r, mode)][0] / 2**20:6.1f} ({mem[(r, mode)][1] / 2**20:5.1f})" for r in depths)
+        print(f"   {mode:>10}: {row}   R16/R1 = {mem[(16, mode)][0] / mem[(1, mode)][0]:.2f} "
+              f"({mem[(16, mode)][1] / mem[(1, mode)][1]:.2f})")
 
 
 def ranks_throughput(nproc: int, data: Path, run_dir: Path) -> dict:
@@ -92,6 +108,8 @@ def ranks_throughput(nproc: int, data: Path, run_dir: Path) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=8, help="timed steps per variant (default 8)")
+    p.add_argument("--families", default=",".join(n for n, s in families().items() if issubclass(s.config, LoopedConfig)),
+                   help="comma-separated looped families for the memory table (default: all)")
     args = p.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, fp32, B={SHAPE['B']} S={SHAPE['S']}, "
           f"RecurrentGPT 1+2xR+1 d=256 vocab 4096, noise on")
@@ -99,13 +117,9 @@ def main() -> None:
     print(f"1. step time R=4: " + ", ".join(f"{m} {t * 1e3:.0f} ms" for m, t in times.items()) +
           "; ratio to none: " + ", ".join(f"{m} {t / times['none']:.3f}" for m, t in times.items() if m != "none") +
           " (target <= 1.15)")
-    modes = ("none", "recurrence", "selective")
-    mem = {(r, mode): peak_memory(r, mode) for mode in modes for r in (1, 2, 4, 8, 16)}
-    print("2. peak memory of one step, MB:")
-    for mode in modes:
-        row = "  ".join(f"R={r}: {mem[(r, mode)] / 2**20:7.1f}" for r in (1, 2, 4, 8, 16))
-        print(f"   {mode:>10}: {row}   R16/R1 = {mem[(16, mode)] / mem[(1, mode)]:.2f}")
-    print(f"   target with checkpointing: R16/R1 <= 1.25")
+    for family in args.families.split(","):
+        memory_table(family)
+    print("   target with checkpointing: R16/R1 <= 1.25")
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "ds"
         subprocess.run([sys.executable, "-m", "data_prep.cli", str(ROOT / "rgpt_dist"), str(ROOT / "tests"), "--out",

@@ -1,0 +1,113 @@
+"""The contract every registered family keeps (#11), run on each family the spec registry finds:
+build from its debug flavour, forward at several depths, parameter count and executed FLOPs against
+the built model and torch's flop counter, a tp=2 split/merge round trip of its state dict, a native
+export round trip, and KV-cache decoding equal to recomputation."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from rgpt_dist.config import load_config
+from rgpt_dist.export.native import load_native, write_native
+from rgpt_dist.flops import executed_forward_flops, head_flops, param_count
+from rgpt_dist.models.generate import generate
+from rgpt_dist.models.spec import families, spec_for
+from rgpt_dist.parallel.reshard import layout_for, merge_state_dicts, split_state_dict
+from rgpt_dist.registry import build_model
+
+FAMILIES = sorted(families())
+SMALL = ["model.vocab_size=512", "model.block_size=64", "model.pad_vocab_multiple=64", "train.seq_len=64"]
+
+
+def debug_flavour(family: str) -> str:
+    return next(name for name in spec_for(family).flavours if name.endswith("-debug"))
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def family(request):
+    name = request.param
+    cfg = load_config(debug_flavour(name), SMALL).model
+    model = build_model(cfg, seed=0).eval()
+    with torch.no_grad():  # off the init (RRT's LoRA B starts at zero)
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    return name, cfg, model
+
+
+def depths(cfg) -> list[int | None]:
+    spec = spec_for(cfg)
+    if not spec.recurrent:
+        return [None]
+    R = spec.default_depth(cfg)
+    return sorted({0, 1, R, spec.max_eval_depth(cfg) or 2 * R})
+
+
+def batch(cfg, B=2, T=24):
+    idx = torch.randint(0, cfg.vocab_size, (B, T + 1), generator=torch.Generator().manual_seed(0))
+    return idx[:, :-1], idx[:, 1:]
+
+
+def test_every_family_has_a_complete_spec_and_a_debug_flavour(family):
+    name, cfg, _ = family
+    spec = spec_for(name)
+    assert spec.name == name == cfg.family and spec.title and isinstance(cfg, spec.config)
+    assert all(data["family"] == name for data in spec.flavours.values())
+    assert set(spec.paper_table1) <= set(spec.flavours) and set(spec.dense_reference) <= set(spec.flavours)
+    assert spec.layout(cfg)
+
+
+def test_forward_at_several_depths(family):
+    _, cfg, model = family
+    idx, tgt = batch(cfg)
+    for r in depths(cfg):
+        out = model(idx, tgt, **({} if r is None else {"r": r}))
+        assert out.logits.shape == (*idx.shape, cfg.padded_vocab_size) and torch.isfinite(out.loss)
+    if spec_for(cfg).recurrent:  # all_exits: one pass gives the loss of every depth
+        R = spec_for(cfg).default_depth(cfg)
+        exits = model(idx, tgt, all_exits=True).aux["exit_losses"]
+        assert exits.shape == (R + 1,)
+        torch.testing.assert_close(exits[1], model(idx, tgt, r=1).loss)
+
+
+def test_parameters_and_executed_flops_match_the_model(family):
+    _, cfg, model = family
+    assert param_count(cfg) == sum(p.numel() for p in model.parameters())
+    idx, _ = batch(cfg, B=2, T=48)
+    for r in depths(cfg):
+        # the math SDPA backend runs attention as bmm ops the counter sees
+        with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter, torch.no_grad():
+            model(idx, **({} if r is None else {"r": r}))
+        expected = idx.numel() * (executed_forward_flops(cfg, 48, r) + head_flops(cfg))
+        assert counter.get_total_flops() == pytest.approx(expected, rel=0.02), f"r={r}"
+
+
+def test_tp2_split_and_merge_round_trip(family):
+    _, cfg, model = family
+    full = model.state_dict()
+    layout = layout_for(cfg)
+    assert set(layout) == set(full)
+    shards = [split_state_dict(full, layout, rank, 2) for rank in range(2)]
+    for name, dim in layout.items():
+        if dim is not None:
+            assert shards[0][name].shape[dim] * 2 == full[name].shape[dim], name
+    merged = merge_state_dicts(shards, layout)
+    assert all(torch.equal(merged[k], full[k]) for k in full)
+
+
+def test_native_export_round_trip(family, tmp_path):
+    _, cfg, model = family
+    write_native(model.state_dict(), cfg, tmp_path, torch.float32, {})
+    again, record = load_native(tmp_path)
+    idx, _ = batch(cfg)
+    assert record["model"]["family"] == cfg.family
+    torch.testing.assert_close(again(idx).logits, model(idx).logits, atol=0, rtol=0)
+
+
+def test_cached_generation_equals_recomputation(family):
+    _, cfg, model = family
+    idx, _ = batch(cfg, B=2, T=8)
+    r = None if not spec_for(cfg).recurrent else spec_for(cfg).default_depth(cfg)
+    cached = generate(model, idx, 12, r=r, strategy="full")
+    assert torch.equal(cached, generate(model, idx, 12, r=r, strategy=None))
