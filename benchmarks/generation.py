@@ -53,7 +53,8 @@ from rgpt_dist.config.flavours import DENSE_REFERENCE, flavour  # noqa: E402
 from rgpt_dist.config.model import ModelConfig  # noqa: E402
 from rgpt_dist.flops import param_count  # noqa: E402
 from rgpt_dist.models.generate import generate  # noqa: E402
-from rgpt_dist.models.kv_cache import STRATEGIES, kv_cache_bytes  # noqa: E402
+from rgpt_dist.flops import kv_cache_bytes  # noqa: E402
+from rgpt_dist.models.kv_cache import STRATEGIES  # noqa: E402
 from rgpt_dist.models.spec import spec_for  # noqa: E402
 from rgpt_dist.registry import build_model  # noqa: E402
 

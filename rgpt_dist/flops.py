@@ -212,3 +212,22 @@ def gpu_hours(cfg: ModelConfig, seq_len: int, steps: int, tokens_per_step: int, 
     if peak_flops_per_gpu <= 0:
         raise ValueError(f"peak_flops_per_gpu={peak_flops_per_gpu} must be > 0")
     return total_train_flops(cfg, seq_len, steps, tokens_per_step) / (peak_flops_per_gpu * mfu) / 3600.0
+
+
+KV_STRATEGIES = ("full", "first", "last", "average")
+
+
+def cached_layers(cfg: ModelConfig, strategy: str, r: int | None) -> int:
+    """Attention layers holding K/V for depth r under `strategy`, as the family's spec counts them
+    (GPT-2: n_layer; prelude/core/coda families: n_pre + n_coda + n_rec x (r if full else 1))."""
+    if strategy not in KV_STRATEGIES:
+        raise ValueError(f"unknown KV-cache strategy {strategy!r}; expected one of {KV_STRATEGIES}")
+    return spec_for(cfg).cached_layers(cfg, strategy, r)
+
+
+def kv_cache_bytes(cfg: ModelConfig, batch: int, seq_len: int, strategy: str = "full", r: int | None = None,
+                   dtype_bytes: int = 2) -> int:
+    """Analytic K/V cache size for `seq_len` cached tokens: cached_layers x 2 (K and V) x batch x
+    seq_len x d_model x dtype_bytes (bf16: 2). d_model is the full width: one tensor-parallel shard
+    holds 1/tp of it (its local heads), so divide by tp per rank."""
+    return cached_layers(cfg, strategy, r) * 2 * batch * seq_len * cfg.d_model * dtype_bytes

@@ -25,7 +25,7 @@ forward on it must use that r.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -41,28 +41,31 @@ def _append(past: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
 
 
 class LayerCache:
-    """An ordinary per-layer cache: every token's K/V, appended as tokens arrive."""
+    """An ordinary per-layer cache: every token's K/V, appended as tokens arrive. `keys`/`values`
+    and `update` are the names transformers' DynamicLayer uses, so a KVCache can store its K/V in
+    either (the Hugging Face export stores them in DynamicLayers, see `KVCache(store=...)`)."""
 
     def __init__(self):
-        self.k: torch.Tensor | None = None  # (B, H_local, length, head_dim)
-        self.v: torch.Tensor | None = None
+        self.keys: torch.Tensor | None = None  # (B, H_local, length, head_dim)
+        self.values: torch.Tensor | None = None
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        self.k, self.v = _append(self.k, k), _append(self.v, v)
-        return self.k, self.v
-
-    def tensors(self) -> list[torch.Tensor]:
-        return [t for t in (self.k, self.v) if t is not None]
+        self.keys, self.values = _append(self.keys, k), _append(self.values, v)
+        return self.keys, self.values
 
 
-class CompressedLayerCache(LayerCache):
+def _held(store: Any) -> list[torch.Tensor]:
+    """The non-empty K/V tensors a store holds."""
+    return [t for t in (store.keys, store.values) if t is not None and t.numel() > 0]
+
+
+class CompressedLayerCache:
     """One shared core block's cache under `first`, `last` or `average`: one K/V per token for all
-    steps. `update` is called once per recurrence step of a forward; `commit` at its end appends the
-    new tokens' compressed K/V."""
+    steps, kept in `store`. `update` is called once per recurrence step of a forward; `commit` at
+    its end appends the new tokens' compressed K/V to the store."""
 
-    def __init__(self, strategy: str):
-        super().__init__()
-        self.strategy = strategy
+    def __init__(self, strategy: str, store: Any):
+        self.strategy, self.store = strategy, store
         self._pending: tuple[torch.Tensor, torch.Tensor] | None = None  # this forward's new K/V so far
         self._steps = 0
 
@@ -75,9 +78,9 @@ class CompressedLayerCache(LayerCache):
         elif self.strategy == "last" or self._pending is None:
             self._pending = (k, v)
         self._steps, self._dtype = self._steps + 1, k.dtype
-        if self.k is None:
+        if not _held(self.store):
             return k, v
-        return torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
+        return torch.cat([self.store.keys, k], dim=2), torch.cat([self.store.values, v], dim=2)
 
     def commit(self) -> None:
         """Appends the new tokens' stored K/V and resets for the next forward."""
@@ -86,31 +89,33 @@ class CompressedLayerCache(LayerCache):
         k, v = self._pending
         if self.strategy == "average":
             k, v = (k / self._steps).to(self._dtype), (v / self._steps).to(self._dtype)
-        super().update(k, v)
+        self.store.update(k, v)
         self._pending, self._steps = None, 0
 
 
 class KVCache:
     """A model's whole cache: `layers` for the non-shared blocks in execution order (GPT-2's blocks,
-    or RecurrentGPT's prelude then coda) and `core` for the shared core blocks.
+    or the prelude then the coda) and `core` for the shared core blocks.
 
     Protocol for a forward on T_new tokens: `past = cache.begin(T_new, r, training)` (validates,
     changes nothing), attention layers call `update` on `layers[j]` / `core_step(i)[j]`, then
-    `cache.end(T_new)` commits compressed entries and advances `length`.
+    `cache.end(T_new)` commits compressed entries and advances `length`. `store` makes each layer's
+    storage (anything with `keys`, `values` and an appending `update`): LayerCache by default.
     """
 
     def __init__(self, n_layers: int, n_core: int = 0, strategy: str = "full", r: int | None = None,
-                 block_size: int | None = None):
+                 block_size: int | None = None, store: Callable[[], Any] = LayerCache):
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown KV-cache strategy {strategy!r}; expected one of {STRATEGIES}")
         self.strategy, self.r, self.block_size = strategy, r, block_size
         self.length = 0
-        self.layers = [LayerCache() for _ in range(n_layers)]
-        steps = (r or 0) if strategy == "full" else min(r or 0, 1)
-        make = LayerCache if strategy == "full" else (lambda: CompressedLayerCache(strategy))
-        self.core = [[make() for _ in range(n_core)] for _ in range(steps)]  # [step or 0][core block]
+        self.layers = [store() for _ in range(n_layers)]
+        if strategy == "full":  # [step][core block]
+            self.core = [[store() for _ in range(n_core)] for _ in range(r or 0)]
+        else:
+            self.core = [[CompressedLayerCache(strategy, store()) for _ in range(n_core)] for _ in range(min(r or 0, 1))]
 
-    def core_step(self, i: int) -> list[LayerCache]:
+    def core_step(self, i: int) -> list:
         """The caches core blocks use at recurrence step i (the same ones at every step unless full)."""
         return self.core[i if self.strategy == "full" else 0]
 
@@ -126,36 +131,20 @@ class KVCache:
         return self.length
 
     def end(self, t_new: int) -> None:
-        for layer in self._all():
-            if isinstance(layer, CompressedLayerCache):
-                layer.commit()
+        for step in self.core:
+            for layer in step:
+                if isinstance(layer, CompressedLayerCache):
+                    layer.commit()
         self.length += t_new
 
-    def _all(self) -> list[LayerCache]:
-        return self.layers + [c for step in self.core for c in step]
+    def stores(self) -> list:
+        """Every layer's storage, non-shared blocks first."""
+        return self.layers + [getattr(c, "store", c) for step in self.core for c in step]
 
     def tensors(self) -> list[torch.Tensor]:
         """Every K/V tensor held."""
-        return [t for layer in self._all() for t in layer.tensors()]
+        return [t for store in self.stores() for t in _held(store)]
 
     def nbytes(self) -> int:
         """Exact bytes of the K/V tensors held (each owns its storage: see `_append`)."""
         return sum(t.numel() * t.element_size() for t in self.tensors())
-
-
-def cached_layers(cfg: Any, strategy: str, r: int | None) -> int:
-    """Attention layers holding K/V for depth r under `strategy`, as the family's spec counts them
-    (GPT-2: n_layer; prelude/core/coda families: n_pre + n_coda + n_rec x (r if full else 1))."""
-    from rgpt_dist.models.spec import spec_for
-
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown KV-cache strategy {strategy!r}; expected one of {STRATEGIES}")
-    return spec_for(cfg).cached_layers(cfg, strategy, r)
-
-
-def kv_cache_bytes(cfg: Any, batch: int, seq_len: int, strategy: str = "full", r: int | None = None,
-                   dtype_bytes: int = 2) -> int:
-    """Analytic K/V cache size for `seq_len` cached tokens: cached_layers x 2 (K and V) x batch x
-    seq_len x d_model x dtype_bytes (bf16: 2). d_model is the full width: one tensor-parallel shard
-    holds 1/tp of it (its local heads), so divide by tp per rank."""
-    return cached_layers(cfg, strategy, r) * 2 * batch * seq_len * cfg.d_model * dtype_bytes

@@ -95,17 +95,21 @@ class CausalSelfAttention(nn.Module):
         self.qkv = factory.linear(d, 3 * d, bias=cfg.bias, parallel="column", init_std=cfg.init_std)
         self.proj = factory.linear(d, d, bias=cfg.bias, parallel="row", init_std=out_std)
 
-    def forward(self, x: torch.Tensor, cache: LayerCache | None = None, delta: Deltas | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: LayerCache | None = None, delta: Deltas | None = None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, T, d), the new tokens. cache: their past's K/V (rgpt_dist.models.kv_cache), which
         `update` extends with theirs; None attends within x only. delta: low-rank updates added to
-        the projections ('qkv', 'attn_proj'), or None."""
+        the projections ('qkv', 'attn_proj'), or None. mask: (B, 1, T, P + T) boolean, True where
+        a query may attend (padded batches, from `attention_mask`); None: causal."""
         B, T, _ = x.shape
         qkv = _project(self.qkv, x, delta, "qkv").view(B, T, -1, 3, self.head_dim)  # (B, T, H_local, 3, hd)
         q, k, v = qkv.permute(3, 0, 2, 1, 4).unbind(0)                # each (B, H_local, T, hd)
         if cache is not None:
             k, v = cache.update(k, v)                                 # each (B, H_local, P + T, hd)
         past = k.shape[2] - T
-        if past == 0:
+        if mask is not None:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        elif past == 0:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:  # query t sits at position past + t and sees keys 0..past + t (is_causal would align
             # top-left); a single new token sees every key, so it needs no mask (and keeps fast kernels)
@@ -139,9 +143,11 @@ class Block(nn.Module):
         self.ln_2 = layer_norm(cfg)
         self.mlp = MLP(cfg, factory, out_std)
 
-    def forward(self, x: torch.Tensor, cache: LayerCache | None = None, delta: Deltas | None = None) -> torch.Tensor:
-        """delta: per-projection low-rank updates (Relaxed Recursive Transformer's per-step LoRA)."""
-        x = x + self.attn(self.ln_1(x), cache, delta)
+    def forward(self, x: torch.Tensor, cache: LayerCache | None = None, delta: Deltas | None = None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        """delta: per-projection low-rank updates (Relaxed Recursive Transformer's per-step LoRA);
+        mask: see CausalSelfAttention."""
+        x = x + self.attn(self.ln_1(x), cache, delta, mask)
         return x + self.mlp(self.ln_2(x), delta)
 
 
@@ -154,13 +160,27 @@ class Embeddings(nn.Module):
         self.wte = factory.embedding(cfg.padded_vocab_size, cfg.d_model, parallel="column", init_std=cfg.init_std)
         self.wpe = factory.embedding(cfg.block_size, cfg.d_model, parallel="none", init_std=cfg.init_std)
 
-    def forward(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
-        """idx: (B, T) tokens at positions start..start + T - 1 (start > 0 after cached tokens)."""
+    def forward(self, idx: torch.Tensor, start: int = 0, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """idx: (B, T) tokens at positions start..start + T - 1 (start > 0 after cached tokens), or at
+        `positions` (B, T) when given (padded batches count real tokens only)."""
         T = idx.shape[1]
         if start + T > self.block_size:
             raise ValueError(f"sequence length {start + T} exceeds block_size={self.block_size}")
-        pos = torch.arange(start, start + T, device=idx.device)
+        pos = torch.arange(start, start + T, device=idx.device) if positions is None else positions
         return self.wte(idx) + self.wpe(pos)
+
+
+def padding_mask(attention_mask: torch.Tensor, t_new: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """For a padded batch: attention_mask (B, P + T), 1 for real tokens and 0 for padding, covering
+    the P cached and T new tokens -> (mask (B, 1, T, P + T) for the attention layers, positions
+    (B, T) of the new tokens counting real tokens only). Padded keys are hidden; every query keeps
+    itself, so no row is all False (SDPA would return NaN)."""
+    s = attention_mask.shape[1]
+    q_pos = torch.arange(s - t_new, s, device=attention_mask.device)[:, None]
+    k_pos = torch.arange(s, device=attention_mask.device)[None, :]
+    mask = ((k_pos <= q_pos)[None] & attention_mask.bool()[:, None, :]) | (k_pos == q_pos)[None]
+    positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, s - t_new:]
+    return mask[:, None], positions
 
 
 class LMHead(nn.Module):

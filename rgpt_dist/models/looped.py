@@ -72,22 +72,23 @@ class LoopedLM(nn.Module):
         r = self.cfg.n_loops if r is None else int(r)
         return KVCache(self.cfg.n_pre + self.cfg.n_coda, self.cfg.n_rec, strategy, r, self.cfg.block_size)
 
-    def readout(self, h: torch.Tensor, targets: torch.Tensor | None = None,
-                caches: list | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def readout(self, h: torch.Tensor, targets: torch.Tensor | None = None, caches: list | None = None,
+                mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Coda + head on a state h (B, T, d): (logits (B, T, V), loss or None)."""
         for block, cache in zip(self.coda, caches or [None] * len(self.coda)):
-            h = block(h, cache)
+            h = block(h, cache, None, mask)
         return self.head(h, targets)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, r: int | None = None,
                 all_exits: bool = False, noise_key: NoiseKey | None = None, cache: KVCache | None = None,
-                stats: bool = False) -> ModelOutput:
+                stats: bool = False, mask: torch.Tensor | None = None,
+                positions: torch.Tensor | None = None) -> ModelOutput:
         """idx, targets: (B, T). r: recurrence depth (default R = n_loops; any r >= 0).
         all_exits: also return aux['exit_losses'] (r + 1,) = loss of coda+head on s^(0..r).
         noise_key: identifies this micro-batch's noise in training (a fresh one if None).
         cache: from `make_cache(strategy, r)`, holding the tokens before idx (inference only, same r
         on every call); idx is appended to it. stats: also return aux['stats'], the family's per-step
-        statistics (name -> (r,))."""
+        statistics (name -> (r,)). mask, positions: for padded batches (layers.padding_mask)."""
         r = self.cfg.n_loops if r is None else int(r)
         if r < 0:
             raise ValueError(f"recurrence depth r={r} must be >= 0")
@@ -98,9 +99,9 @@ class LoopedLM(nn.Module):
         n_pre = self.cfg.n_pre
         pre_caches, coda_caches = (None, None) if cache is None else (cache.layers[:n_pre], cache.layers[n_pre:])
 
-        h = self.embed(idx, past)                                          # (B, T, d)
+        h = self.embed(idx, past, positions)                               # (B, T, d)
         for block, block_cache in zip(self.prelude, pre_caches or [None] * n_pre):
-            h = block(h, block_cache)
+            h = block(h, block_cache, None, mask)
         s, anchor = self.start(h, r, noise_key, past)                     # (B, T, d), family-specific
         exit_losses = [self.readout(s, targets)[1]] if all_exits and r > 0 else []
         # truncated backprop: the first r - k steps run without autograd (training only)
@@ -109,12 +110,12 @@ class LoopedLM(nn.Module):
         for i in range(r):
             with torch.no_grad() if i < no_grad_steps else contextlib.nullcontext():
                 s, extra = self.recurrence(s, anchor, i, None if noise_key is None else noise_key.at(i),
-                                           None if cache is None else cache.core_step(i))
+                                           None if cache is None else cache.core_step(i), mask)
             if stats:
                 per_step.append(self.step_statistics(extra))
             if all_exits and i < r - 1:
                 exit_losses.append(self.readout(s, targets)[1])
-        logits, loss = self.readout(s, targets, coda_caches)
+        logits, loss = self.readout(s, targets, coda_caches, mask)
         if cache is not None:
             cache.end(idx.shape[1])
         aux: dict[str, Any] = {"depth": r}

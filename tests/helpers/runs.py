@@ -20,11 +20,15 @@ def prepare_dataset(out: Path) -> Path:
     return out
 
 
-def train(nproc, run_dir, dataset, *overrides, timeout=600, env=None, common=COMMON):
-    """The quickstart config shrunk by `common` (another family: `BASE` and `model=FLAVOUR` among
-    the overrides), then `overrides`; returns the metrics records."""
-    torchrun("launcher.train", nproc, "configs/experiments/quickstart.yaml", *common, f"data.paths=[{dataset}]",
-             f"log.run_dir={run_dir}", *overrides, timeout=timeout, env=env)
+QUICKSTART = "configs/experiments/quickstart.yaml"
+
+
+def train(nproc, run_dir, dataset, *overrides, timeout=600, env=None, common=COMMON, config=QUICKSTART):
+    """`config` (the quickstart's RecurrentGPT) shrunk by `common` (another looped family: `BASE` and
+    `model=FLAVOUR` among the overrides; a dense model: a config without RecurrentGPT fields such as
+    configs/experiments/gpt2-small-20k.yaml), then `overrides`; returns the metrics records."""
+    torchrun("launcher.train", nproc, config, *common, f"data.paths=[{dataset}]", f"log.run_dir={run_dir}",
+             *overrides, timeout=timeout, env=env)
     return records(run_dir)
 
 

@@ -5,7 +5,8 @@ import torch
 
 from rgpt_dist.config import GPT2Config, RecurrentGPTConfig
 from rgpt_dist.models.gpt2.model import GPT2
-from rgpt_dist.models.kv_cache import STRATEGIES, kv_cache_bytes
+from rgpt_dist.flops import kv_cache_bytes
+from rgpt_dist.models.kv_cache import STRATEGIES
 from rgpt_dist.models.recurrent_gpt.model import RecurrentGPT
 from tests.models import reference
 

@@ -3,12 +3,18 @@ prelude and coda block, and for the shared core one per (recurrence step, block)
 `full` or one compressed slot per block with `first`, `last`, `average`."""
 from __future__ import annotations
 
+import inspect
 from typing import Optional
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
 from .configuration_rgpt import RecurrentGPTHFConfig, check_kv_strategy, check_r_eval
+
+# transformers 5 crops by a count of tokens to remove (crop(-n), crop(0) a no-op, positive refused);
+# 4.x by the length to keep (crop(n), negative = remove)
+_CROP_REMOVES = "tokens_to_remove" in inspect.signature(DynamicLayer.crop).parameters
+
 
 class _CompressedSlot:
     """One shared core block's K/V during a forward under first/last/average. `update` is called at
@@ -98,11 +104,20 @@ class RecurrentGPTCache(Cache):
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.seq_len
 
-    def crop(self, max_length: int) -> None:
-        if max_length < 0:
-            max_length = self.seq_len - abs(max_length)
-        super().crop(max_length)
-        self.seq_len = min(self.seq_len, max_length)
+    def crop(self, length: int) -> None:
+        """Drops the newest tokens: crop(-n) removes n; crop(n >= 0) keeps n under transformers 4.x,
+        under 5.x crop(0) removes none and a positive value is refused (as its DynamicLayer does)."""
+        if length < 0 or (length == 0 and _CROP_REMOVES):
+            keep = self.seq_len + length
+        elif _CROP_REMOVES:
+            raise ValueError(f"crop({length}): pass a negative number of tokens to remove")
+        else:
+            keep = length
+        keep = max(0, min(keep, self.seq_len))
+        for layer in self.layers:  # every initialized layer holds one entry per token
+            if layer.is_initialized and layer.keys.shape[-2] > keep:
+                layer.keys, layer.values = layer.keys[..., :keep, :], layer.values[..., :keep, :]
+        self.seq_len = keep
 
     def nbytes(self) -> int:
         """Exact bytes of K/V tensors held (every stored tensor owns its storage: appended by torch.cat)."""

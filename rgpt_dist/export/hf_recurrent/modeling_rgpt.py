@@ -21,15 +21,21 @@ A prompt prefilled in one call is therefore exact under every strategy.
 generate(): the model opts out of the DynamicCache that GenerationMixin would otherwise create
 (`_supports_default_dynamic_cache` -> False, as Mamba-style models with their own cache do) and
 builds its RecurrentGPTCache on the first forward with use_cache=True; GenerationMixin then carries
-the returned `past_key_values` between steps, and the stock `prepare_inputs_for_generation` slices
-the input to the uncached tokens with `cache_position` (the cache reports its length through
-`get_seq_length`). The cache subclasses transformers' `Cache`, with one `DynamicLayer` per K/V slot,
-so beam search (reorder_cache), crop and batch selection work unchanged. A fresh, empty cache of
-another type (e.g. a DynamicCache a caller made) is replaced by a RecurrentGPTCache; a non-empty
-one is refused. use_cache=False recomputes the whole sequence each step.
+the returned cache between steps, and the stock `prepare_inputs_for_generation` slices the input to
+the uncached tokens (the cache reports its length through `get_seq_length`). The cache subclasses
+transformers' `Cache`, with one `DynamicLayer` per K/V slot, so beam search (reorder_cache), crop and
+batch selection work unchanged. A fresh, empty cache of another type (e.g. a DynamicCache a caller
+made) is replaced by a RecurrentGPTCache; a non-empty one is refused. use_cache=False recomputes the
+whole sequence each step.
+
+transformers 4.57 and 5.x: the cache is accepted as `past_key_values` (4.x) or `cache` (5.x renamed
+it) and returned under the output field this version has; `_tied_weights_keys` is a {target: source}
+mapping (5.x expands it; 4.x iterates its keys); `cache_position` (removed in 5.x) is neither needed
+nor declared, and return_dict is read from `config.return_dict` (5.x deprecates `use_return_dict`).
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 import torch
@@ -41,6 +47,9 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .cache_rgpt import RecurrentGPTCache
 from .configuration_rgpt import RecurrentGPTHFConfig, check_r_eval
+
+# the output field holding the cache: `cache` from transformers 5 on, `past_key_values` before
+_CACHE_FIELD = "cache" if "cache" in {f.name for f in dataclasses.fields(CausalLMOutputWithPast)} else "past_key_values"
 
 
 # ----------------------------------------------------------------------------------------- model
@@ -164,7 +173,9 @@ class RecurrentGPTPreTrainedModel(PreTrainedModel):
 
 
 class RecurrentGPTForCausalLM(RecurrentGPTPreTrainedModel, GenerationMixin):
-    _tied_weights_keys = ["lm_head.weight"]
+    # {target: source}: transformers 5 ties from this mapping; 4.x iterates it (target names) and ties
+    # get_output_embeddings() to get_input_embeddings()
+    _tied_weights_keys = {"lm_head.weight": "embed.wte.weight"}
 
     def __init__(self, config: RecurrentGPTHFConfig):
         config.validate_inference()
@@ -238,20 +249,25 @@ class RecurrentGPTForCausalLM(RecurrentGPTPreTrainedModel, GenerationMixin):
         use_cache: Optional[bool] = None,
         output_hidden_states: Optional[bool] = None,
         return_dict: Optional[bool] = None,
-        cache_position: Optional[torch.LongTensor] = None,
         logits_to_keep: int = 0,
         num_steps: Optional[int] = None,
+        cache: Optional[Cache] = None,
         **kwargs,
     ):
         """input_ids (B, T): the tokens after those in past_key_values. attention_mask (B, P + T): 1 for
         real tokens, 0 for padding (positions then count real tokens only unless position_ids is
         given). labels (B, T): shifted inside, -100 ignored. num_steps: recurrence depth for this call
         (default config.r_eval; a cache is tied to one depth). logits_to_keep: > 0 computes logits for
-        the last that many positions only. cache_position is accepted for GenerationMixin and unused
-        (positions follow the cache length)."""
+        the last that many positions only. cache: transformers 5's name for past_key_values (pass one of
+        them). Other keyword arguments GenerationMixin passes (4.x's cache_position) are ignored:
+        positions follow the cache length."""
+        if cache is not None:
+            if past_key_values is not None and past_key_values is not cache:
+                raise ValueError("pass the KV cache as one of past_key_values and cache, not both")
+            past_key_values = cache
         r = self.config.r_eval if num_steps is None else check_r_eval(num_steps)
         use_cache = self.config.use_cache if use_cache is None else use_cache
-        return_dict = self.config.use_return_dict if return_dict is None else return_dict
+        return_dict = self.config.return_dict if return_dict is None else return_dict
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
         B, T = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
@@ -302,6 +318,6 @@ class RecurrentGPTForCausalLM(RecurrentGPTPreTrainedModel, GenerationMixin):
             keep = h[:, -logits_to_keep:] if isinstance(logits_to_keep, int) and logits_to_keep > 0 else h
             logits = self.lm_head(keep)[..., : self.config.vocab_size]
 
-        out = CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=cache,
-                                     hidden_states=None if hidden is None else tuple(hidden))
+        out = CausalLMOutputWithPast(loss=loss, logits=logits, hidden_states=None if hidden is None else tuple(hidden),
+                                     **{_CACHE_FIELD: cache})
         return out if return_dict else out.to_tuple()

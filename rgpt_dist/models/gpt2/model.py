@@ -43,18 +43,20 @@ class GPT2(nn.Module):
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, r: int | None = None,
                 all_exits: bool = False, noise_key: object = None, cache: KVCache | None = None,
-                stats: bool = False) -> ModelOutput:
+                stats: bool = False, mask: torch.Tensor | None = None,
+                positions: torch.Tensor | None = None) -> ModelOutput:
         """idx, targets: (B, T) token ids. `r`, `all_exits`, `noise_key` and `stats` exist for a uniform
-        interface across families; a dense model has no recurrence, no noise and no per-step statistics. cache: from
-        `make_cache`, holding the tokens before idx (inference only); idx is appended to it."""
+        interface across families; a dense model has no recurrence, no noise and no per-step
+        statistics. cache: from `make_cache`, holding the tokens before idx (inference only); idx is
+        appended to it. mask, positions: for padded batches (layers.padding_mask)."""
         if r is not None or all_exits:
             raise ValueError("GPT2 has no recurrence depth: r and all_exits are not supported")
         T = idx.shape[1]
         past = 0 if cache is None else cache.begin(T, r, self.training)
         caches = [None] * len(self.blocks) if cache is None else cache.layers
-        h = self.embed(idx, past)           # (B, T, d)
+        h = self.embed(idx, past, positions)  # (B, T, d)
         for block, layer_cache in zip(self.blocks, caches):
-            h = block(h, layer_cache)
+            h = block(h, layer_cache, None, mask)
         logits, loss = self.head(h, targets)
         if cache is not None:
             cache.end(T)

@@ -42,12 +42,13 @@ class InjectedCore(nn.Module):
         return self.adapt_e(e)                                             # (B, T, d)
 
     def forward(self, s: torch.Tensor, anchor: torch.Tensor, i: int, key: NoiseKey | None,
-                caches: list[LayerCache] | None = None) -> tuple[torch.Tensor, None]:
+                caches: list[LayerCache] | None = None, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
         """s: (B, T, d) state; anchor: W_e e; i: the step (same weights at every step); key: unused
-        (no per-step noise); caches: this step's K/V cache of each core block, or None."""
+        (no per-step noise); caches: this step's K/V cache of each core block, or None; mask: for
+        padded batches."""
         x = self.adapt_s(s) + anchor
         for block, cache in zip(self.blocks, caches or [None] * len(self.blocks)):
-            x = block(x, cache)
+            x = block(x, cache, None, mask)
         return x, None
 
 

@@ -61,17 +61,17 @@ class GatedRecurrence(nn.Module):
         return self.proj_pre(h_pre), self.gate_pre(self.ln_pre(h_pre))
 
     def forward(self, h: torch.Tensor, anchor: tuple[torch.Tensor, torch.Tensor], i: int, key: NoiseKey | None,
-                caches: list[LayerCache] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                caches: list[LayerCache] | None = None, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """h: (B, T, d); anchor: from `anchor(h_pre)`; i: the step (the same weights at every step);
         key: this step's noise key, None for no noise; caches: this step's K/V cache of each core
-        block (KVCache.core_step), or None. Returns (h_next, g)."""
+        block (KVCache.core_step), or None; mask: for padded batches. Returns (h_next, g)."""
         proj_pre, gate_pre = anchor
         x = h
         if key is not None and self.sigma_x > 0:
             x = h + key.normal("x", h.shape, self.sigma_x, h.device, h.dtype)
         o = self.proj_h(x) + proj_pre                                      # h~ = W_proj [h + eps_x, h_pre]
         for block, cache in zip(self.blocks, caches or [None] * len(self.blocks)):
-            o = block(o, cache)                                            # (B, T, d)
+            o = block(o, cache, None, mask)                                # (B, T, d)
         logit = self.gate_out(F.silu(self.gate_h(self.ln_h(h)) + gate_pre)) / self.tau
         if key is not None and self.sigma_g > 0:
             logit = logit + key.normal("g", logit.shape, self.sigma_g, h.device, logit.dtype)

@@ -60,14 +60,15 @@ class RelaxedCore(nn.Module):
                                       for _ in range(cfg.n_loops))
 
     def forward(self, h: torch.Tensor, anchor: None, i: int, key: NoiseKey | None,
-                caches: list[LayerCache] | None = None) -> tuple[torch.Tensor, None]:
+                caches: list[LayerCache] | None = None, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
         """h: (B, T, d); i: the step, choosing its adapters; key, anchor: unused (no noise, no
-        injection); caches: this step's K/V cache of each core block, or None."""
+        injection); caches: this step's K/V cache of each core block, or None; mask: for padded
+        batches."""
         if i >= len(self.adapters):
             raise ValueError(f"the Relaxed Recursive Transformer has adapters for {len(self.adapters)} steps: "
                              f"depth {i + 1} does not exist (evaluate at r <= {len(self.adapters)})")
         for block, delta, cache in zip(self.blocks, self.adapters[i], caches or [None] * len(self.blocks)):
-            h = block(h, cache, delta)
+            h = block(h, cache, delta, mask)
         return h, None
 
 

@@ -1,0 +1,240 @@
+"""Hugging Face exports load and generate under the newest transformers 5.x, not only the pinned 4.57.
+
+The newest 5.x, with only the packages it needs beyond .venv (a newer huggingface_hub, tokenizers, ...),
+is installed once with `pip install --no-deps --target` into .venv/transformers5 (delete that folder to
+take a newer release); a subprocess with it first on PYTHONPATH loads an export of every family, written
+here under 4.57 as rgpt-export writes it: its logits and loss equal the native model's, greedy generate()
+with the cache equals generate() without it (RecurrentGPT: the exact `full` KV strategy), and beam search
+and greedy decoding give 4.57's tokens."""
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from rgpt_dist.config import GPT2Config, RecurrentGPTConfig
+from rgpt_dist.models.spec import families, spec_for
+from rgpt_dist.registry import build_model
+from tests.helpers.dist import ROOT
+
+pytestmark = pytest.mark.slow
+
+TARGET = ROOT / ".venv" / "transformers5"
+REQUIREMENT = "transformers>=5,<6"
+# what pip prints when it cannot reach the index (or finds nothing there, as offline with a local mirror)
+UNREACHABLE = ("NewConnectionError", "Failed to establish a new connection", "Temporary failure in name resolution",
+               "Name or service not known", "Network is unreachable", "ConnectTimeout", "ReadTimeout", "ProxyError",
+               "Max retries exceeded", "Could not find a version that satisfies", "No matching distribution found")
+FAMILIES = {
+    "gpt2": GPT2Config(vocab_size=300, block_size=64, d_model=48, n_head=4, n_layer=2),
+    "recurrent_gpt": RecurrentGPTConfig(vocab_size=300, pad_vocab_multiple=128, block_size=64, d_model=48, n_head=4,
+                                        n_pre=1, n_rec=2, n_coda=1, n_loops=3),
+}
+N_NEW = 10
+
+
+def _pip(*args: str, timeout: float) -> subprocess.CompletedProcess:
+    """.venv's pip; a network that hangs fails within about a minute rather than pip's retries of 180 s."""
+    cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", "--timeout", "20",
+           "--retries", "2", *args]
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.skip(f"PyPI too slow or unreachable: `pip {args[0]}` ran past {timeout} s")
+
+
+def _check(done: subprocess.CompletedProcess, what: str) -> None:
+    if done.returncode == 0:
+        return
+    output = done.stdout + done.stderr
+    if any(s in output for s in UNREACHABLE):
+        pytest.skip(f"PyPI unreachable, cannot {what}: {output.strip().splitlines()[-1]}")
+    raise AssertionError(f"pip failed to {what} ({done.returncode}):\n{output[-3000:]}")
+
+
+def transformers5() -> list[str]:
+    """Installs (once; later runs reuse TARGET) the newest transformers 5.x and whatever it requires that
+    .venv lacks or holds too old, as pip resolves it against .venv without changing .venv (--dry-run),
+    into TARGET; returns the pins installed."""
+    marker = TARGET / "rgpt-installed.json"
+    if not marker.exists():
+        TARGET.parent.mkdir(parents=True, exist_ok=True)
+        with open(TARGET.parent / "transformers5.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one installer at a time; the others reuse its result
+            if not marker.exists():
+                staging = TARGET.with_name(TARGET.name + ".partial")
+                shutil.rmtree(staging, ignore_errors=True)
+                staging.mkdir()
+                try:
+                    report = staging / "report.json"
+                    _check(_pip("install", "--dry-run", "--quiet", "--report", str(report), REQUIREMENT,
+                                timeout=300), f"resolve {REQUIREMENT}")
+                    pins = [f"{i['metadata']['name']}=={i['metadata']['version']}"
+                            for i in json.loads(report.read_text())["install"]]
+                    assert any(p.lower().startswith("transformers==5.") for p in pins), pins
+                    _check(_pip("install", "--quiet", "--no-deps", "--target", str(staging), *pins, timeout=600),
+                           f"install {' '.join(pins)}")
+                    report.unlink()
+                    (staging / marker.name).write_text(json.dumps(pins))
+                    shutil.rmtree(TARGET, ignore_errors=True)
+                    os.replace(staging, TARGET)
+                finally:
+                    shutil.rmtree(staging, ignore_errors=True)  # left only by a failed or skipped install
+    return json.loads(marker.read_text())
+
+
+def perturbed(cfg):
+    """A random model moved off its init far enough that greedy decoding does not repeat one token
+    (the tiny GPT-2 needs a larger step than the RecurrentGPT, as in test_hf_recurrent.py), in eval mode."""
+    model = build_model(cfg, seed=0).eval()
+    g = torch.Generator().manual_seed(1)
+    scale = 0.3 if cfg.family == "gpt2" else 0.1
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * scale)
+        if hasattr(model, "recurrence"):
+            model.recurrence.gate_out.bias.normal_(0.0, 1.0, generator=g)
+    return model
+
+
+# runs under transformers 5 (argv[1]: a JSON job); writes out.safetensors and info.json into the cwd
+SCRIPT = textwrap.dedent("""
+    import json, sys
+    import torch, transformers
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM
+
+    job = json.loads(sys.argv[1])
+    ids = torch.tensor(job["ids"])
+    info, out = {"version": transformers.__version__, "file": transformers.__file__}, {}
+
+    def generate(model, use_cache, **kw):
+        return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=job["n_new"],
+                              min_new_tokens=job["n_new"], do_sample=False, pad_token_id=0, use_cache=use_cache, **kw)
+
+    for name, spec in job["models"].items():
+        model = AutoModelForCausalLM.from_pretrained(spec["path"], **spec["kwargs"]).eval()
+        info[name] = {"class": type(model).__name__, "config": type(model.config).__name__,
+                      "tied": model.lm_head.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()}
+        with torch.no_grad():
+            step = model(ids, labels=ids)
+            out[name + ".logits"], out[name + ".loss"] = step.logits, step.loss
+            if not spec["generate"]:
+                continue
+            for use_cache in (True, False):
+                run = generate(model, use_cache, return_dict_in_generate=True, output_scores=True)
+                out[f"{name}.greedy.{use_cache}"] = run.sequences
+                out[f"{name}.scores.{use_cache}"] = torch.stack(run.scores, 1)
+                out[f"{name}.beams.{use_cache}"] = generate(model, use_cache, num_beams=3)
+                if use_cache:
+                    cache = run.get("cache")
+                    cache = run.get("past_key_values") if cache is None else cache
+                    info[name]["cache"] = type(cache).__name__
+    save_file({k: v.contiguous() for k, v in out.items()}, "out.safetensors")
+    with open("info.json", "w") as f:
+        json.dump(info, f)
+""")
+
+
+@pytest.fixture(scope="module")
+def exports(hf_env, tmp_path_factory):
+    """family -> (export dir, native model), written as rgpt-export writes the hf/ folder."""
+    root = tmp_path_factory.mktemp("exports")
+    out = {}
+    for family, cfg in FAMILIES.items():
+        model = perturbed(cfg)
+        path = root / family
+        path.mkdir()
+        spec_for(cfg).write_hf(model.state_dict(), cfg, path, dtype=torch.float32)  # as rgpt-export writes hf/
+        out[family] = (path, model)
+    return out
+
+
+@pytest.fixture(scope="module")
+def under_v5(exports, tmp_path_factory):
+    """(tensors, info) the transformers 5 subprocess produced for the exports."""
+    pins = transformers5()
+    cwd = tmp_path_factory.mktemp("v5")
+    R = FAMILIES["recurrent_gpt"].n_loops
+    rgpt = str(exports["recurrent_gpt"][0])
+    job = {"ids": prompt().tolist(), "n_new": N_NEW, "models": {
+        "gpt2": {"path": str(exports["gpt2"][0]), "kwargs": {}, "generate": True},
+        "recurrent_gpt": {"path": rgpt, "kwargs": {"trust_remote_code": True}, "generate": True},  # r_eval = R
+        "recurrent_gpt.r1": {"path": rgpt, "kwargs": {"trust_remote_code": True, "r_eval": 1}, "generate": False},
+        "recurrent_gpt.r2R": {"path": rgpt, "kwargs": {"trust_remote_code": True, "r_eval": 2 * R,
+                                                       "kv_strategy": "full"}, "generate": False},
+    }}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.update(PYTHONPATH=str(TARGET), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME=str(cwd / "hf_home"),
+               HF_MODULES_CACHE=str(cwd / "modules"), OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(job)], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, f"under {pins}:\n{done.stderr[-4000:]}"
+    info = json.loads((cwd / "info.json").read_text())
+    info["stderr"] = done.stderr
+    return load_file(cwd / "out.safetensors"), info
+
+
+def prompt(B=2, T=9, seed=3):
+    return torch.randint(0, 300, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+def test_every_family_with_a_hugging_face_export_is_covered():
+    assert set(FAMILIES) == {name for name, spec in families().items() if spec.hf_writer}
+
+
+def test_the_subprocess_ran_transformers_5(under_v5):
+    _, info = under_v5
+    assert int(info["version"].split(".")[0]) >= 5, info["version"]
+    assert info["file"].startswith(str(TARGET)), info["file"]
+    assert (info["gpt2"]["class"], info["gpt2"]["config"]) == ("GPT2LMHeadModel", "GPT2Config")
+    assert info["recurrent_gpt"]["class"] == "RecurrentGPTForCausalLM"
+    assert all(v["tied"] for k, v in info.items() if k.startswith(("gpt2", "recurrent_gpt")))
+    # the remote code uses 5.x's names: no fallback for `cache_position` or `past_key_values` was taken
+    assert "cache_position" not in info["stderr"]
+    assert "past_key_values`/`cache_params` are deprecated" not in info["stderr"]
+
+
+@pytest.mark.parametrize("name", ["gpt2", "recurrent_gpt", "recurrent_gpt.r1", "recurrent_gpt.r2R"])
+def test_logits_and_loss_equal_the_native_model(under_v5, exports, name):
+    out, _ = under_v5
+    family, _, depth = name.partition(".")
+    _, model = exports[family]
+    cfg = FAMILIES[family]
+    kw = {} if family == "gpt2" else {"r": {"": cfg.n_loops, "r1": 1, "r2R": 2 * cfg.n_loops}[depth]}
+    ids = prompt()
+    with torch.no_grad():
+        logits = model(ids, **kw).logits[..., :cfg.vocab_size]
+        loss = model(ids[:, :-1], ids[:, 1:], **kw).loss  # HF shifts the labels inside
+    assert out[f"{name}.logits"].shape == logits.shape and logits.abs().max() > 0.1
+    torch.testing.assert_close(out[f"{name}.logits"], logits, atol=1e-5, rtol=0)
+    torch.testing.assert_close(out[f"{name}.loss"], loss, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "recurrent_gpt"])
+def test_generate_with_cache_equals_without_and_matches_4_57(under_v5, exports, family):
+    from transformers import AutoModelForCausalLM
+
+    out, info = under_v5
+    cached, uncached = out[f"{family}.greedy.True"], out[f"{family}.greedy.False"]
+    assert info[family]["cache"] == ("DynamicCache" if family == "gpt2" else "RecurrentGPTCache")
+    assert torch.equal(cached, uncached)
+    torch.testing.assert_close(out[f"{family}.scores.True"], out[f"{family}.scores.False"], atol=1e-5, rtol=0)
+    new = cached[:, prompt().shape[1]:]
+    assert new.shape[1] == N_NEW and all(len(set(row.tolist())) > 2 for row in new)  # not one repeated token
+    assert torch.equal(out[f"{family}.beams.True"], out[f"{family}.beams.False"])
+    # the same export under the pinned 4.57 decodes the same tokens
+    path, _ = exports[family]
+    model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=family != "gpt2").eval()
+    ids = prompt()
+    kw = dict(attention_mask=torch.ones_like(ids), max_new_tokens=N_NEW, min_new_tokens=N_NEW, do_sample=False,
+              pad_token_id=0)
+    with torch.no_grad():
+        assert torch.equal(model.generate(ids, **kw), cached)
+        assert torch.equal(model.generate(ids, num_beams=3, **kw), out[f"{family}.beams.True"])
