@@ -46,8 +46,10 @@ class LoopedLM(nn.Module):
         self.head = LMHead(cfg, factory, self.embed.wte)
 
     # ---- family hooks -----------------------------------------------------------------------
-    def start(self, h_pre: torch.Tensor, r: int, noise_key: NoiseKey | None, past: int) -> tuple[torch.Tensor, Any]:
-        """(initial state s^(0), anchor passed to every step) from the prelude output (B, T, d)."""
+    def start(self, h_pre: torch.Tensor, r: int, noise_key: NoiseKey | None, past: int,
+              positions: torch.Tensor | None) -> tuple[torch.Tensor, Any]:
+        """(initial state s^(0), anchor passed to every step) from the prelude output (B, T, d) of
+        the tokens at positions past..past + T - 1, or at `positions` (B, T) when given."""
         raise NotImplementedError
 
     def grad_steps(self, r: int) -> int:
@@ -102,7 +104,7 @@ class LoopedLM(nn.Module):
         h = self.embed(idx, past, positions)                               # (B, T, d)
         for block, block_cache in zip(self.prelude, pre_caches or [None] * n_pre):
             h = block(h, block_cache, None, mask)
-        s, anchor = self.start(h, r, noise_key, past)                     # (B, T, d), family-specific
+        s, anchor = self.start(h, r, noise_key, past, positions)          # (B, T, d), family-specific
         exit_losses = [self.readout(s, targets)[1]] if all_exits and r > 0 else []
         # truncated backprop: the first r - k steps run without autograd (training only)
         no_grad_steps = r - self.grad_steps(r) if self.training and torch.is_grad_enabled() else 0

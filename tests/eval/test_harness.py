@@ -160,10 +160,10 @@ def test_lm_eval_command_line_offline_from_another_cwd(dense, dense_runs, offlin
 def test_depth_sweep_passes_r_eval_to_a_recurrent_export(offline, tmp_path):
     """Each R* reaches the trust_remote_code model (the scores change with depth) and lm-eval matches our
     computation at every depth; the results table has one row per task x depth."""
-    from rgpt_dist.export.hf_recurrent_writer import write_hf_recurrent
+    from rgpt_dist.export.hf_looped_writer import write_hf_looped
     from rgpt_dist.export.tokenizer_files import write_tokenizer
 
-    hf_dir = write_hf_recurrent(perturbed(RECURRENT, seed=0).state_dict(), RECURRENT, tmp_path / "hf")
+    hf_dir = write_hf_looped(perturbed(RECURRENT, seed=0).state_dict(), RECURRENT, tmp_path / "hf")
     write_tokenizer(hf_dir, model_max_length=RECURRENT.block_size)
     depths = [1, 3]
     runs = depth_sweep(hf_dir, [EXAMPLE_TASK], depths, log_samples=True)

@@ -4,8 +4,8 @@ The newest 5.x, with only the packages it needs beyond .venv (a newer huggingfac
 is installed once with `pip install --no-deps --target` into .venv/transformers5 (delete that folder to
 take a newer release); a subprocess with it first on PYTHONPATH loads an export of every family, written
 here under 4.57 as rgpt-export writes it: its logits and loss equal the native model's, greedy generate()
-with the cache equals generate() without it (RecurrentGPT: the exact `full` KV strategy), and beam search
-and greedy decoding give 4.57's tokens."""
+with the cache equals generate() without it (looped families: the exact `full` KV strategy), and beam
+search and greedy decoding give 4.57's tokens."""
 import fcntl
 import json
 import os
@@ -18,7 +18,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rgpt_dist.config import GPT2Config, RecurrentGPTConfig
 from rgpt_dist.models.spec import families, spec_for
 from rgpt_dist.registry import build_model
 from tests.helpers.dist import ROOT
@@ -31,11 +30,15 @@ REQUIREMENT = "transformers>=5,<6"
 UNREACHABLE = ("NewConnectionError", "Failed to establish a new connection", "Temporary failure in name resolution",
                "Name or service not known", "Network is unreachable", "ConnectTimeout", "ReadTimeout", "ProxyError",
                "Max retries exceeded", "Could not find a version that satisfies", "No matching distribution found")
+LOOPED = dict(vocab_size=300, pad_vocab_multiple=128, block_size=64, d_model=48, n_head=4, n_pre=1, n_rec=2, n_coda=1,
+              n_loops=3)
 FAMILIES = {
-    "gpt2": GPT2Config(vocab_size=300, block_size=64, d_model=48, n_head=4, n_layer=2),
-    "recurrent_gpt": RecurrentGPTConfig(vocab_size=300, pad_vocab_multiple=128, block_size=64, d_model=48, n_head=4,
-                                        n_pre=1, n_rec=2, n_coda=1, n_loops=3),
+    "gpt2": spec_for("gpt2").config(vocab_size=300, block_size=64, d_model=48, n_head=4, n_layer=2),
+    "recurrent_gpt": spec_for("recurrent_gpt").config(**LOOPED),
+    "poisson": spec_for("poisson").config(**LOOPED, k_max=2),
+    "relaxed": spec_for("relaxed").config(**LOOPED, lora_rank=4, lora_alpha=4.0),
 }
+LOOPED_FAMILIES = [f for f in FAMILIES if f != "gpt2"]
 N_NEW = 10
 
 
@@ -91,14 +94,14 @@ def transformers5() -> list[str]:
 
 def perturbed(cfg):
     """A random model moved off its init far enough that greedy decoding does not repeat one token
-    (the tiny GPT-2 needs a larger step than the RecurrentGPT, as in test_hf_recurrent.py), in eval mode."""
+    (the tiny GPT-2 needs a larger step than the looped models, as in test_hf_looped.py), in eval mode."""
     model = build_model(cfg, seed=0).eval()
     g = torch.Generator().manual_seed(1)
     scale = 0.3 if cfg.family == "gpt2" else 0.1
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn(p.shape, generator=g) * scale)
-        if hasattr(model, "recurrence"):
+        if hasattr(getattr(model, "recurrence", None), "gate_out"):
             model.recurrence.gate_out.bias.normal_(0.0, 1.0, generator=g)
     return model
 
@@ -120,8 +123,9 @@ SCRIPT = textwrap.dedent("""
 
     for name, spec in job["models"].items():
         model = AutoModelForCausalLM.from_pretrained(spec["path"], **spec["kwargs"]).eval()
-        info[name] = {"class": type(model).__name__, "config": type(model.config).__name__,
-                      "tied": model.lm_head.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()}
+        emb, head = model.get_input_embeddings(), model.get_output_embeddings()
+        tied = head.weight.data_ptr() == emb.weight.data_ptr() if head is not None else model.model.head.wte[0] is emb
+        info[name] = {"class": type(model).__name__, "config": type(model.config).__name__, "tied": tied}
         with torch.no_grad():
             step = model(ids, labels=ids)
             out[name + ".logits"], out[name + ".loss"] = step.logits, step.loss
@@ -161,15 +165,14 @@ def under_v5(exports, tmp_path_factory):
     """(tensors, info) the transformers 5 subprocess produced for the exports."""
     pins = transformers5()
     cwd = tmp_path_factory.mktemp("v5")
-    R = FAMILIES["recurrent_gpt"].n_loops
-    rgpt = str(exports["recurrent_gpt"][0])
-    job = {"ids": prompt().tolist(), "n_new": N_NEW, "models": {
-        "gpt2": {"path": str(exports["gpt2"][0]), "kwargs": {}, "generate": True},
-        "recurrent_gpt": {"path": rgpt, "kwargs": {"trust_remote_code": True}, "generate": True},  # r_eval = R
-        "recurrent_gpt.r1": {"path": rgpt, "kwargs": {"trust_remote_code": True, "r_eval": 1}, "generate": False},
-        "recurrent_gpt.r2R": {"path": rgpt, "kwargs": {"trust_remote_code": True, "r_eval": 2 * R,
-                                                       "kv_strategy": "full"}, "generate": False},
-    }}
+    models = {"gpt2": {"path": str(exports["gpt2"][0]), "kwargs": {}, "generate": True}}
+    for family in LOOPED_FAMILIES:
+        path, remote = str(exports[family][0]), {"trust_remote_code": True}
+        models[family] = {"path": path, "kwargs": remote, "generate": True}  # r_eval = R
+        models[f"{family}.r1"] = {"path": path, "kwargs": {**remote, "r_eval": 1}, "generate": False}
+        models[f"{family}.deep"] = {"path": path, "kwargs": {**remote, "r_eval": deepest(family), "kv_strategy": "full"},
+                                    "generate": False}
+    job = {"ids": prompt().tolist(), "n_new": N_NEW, "models": models}
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env.update(PYTHONPATH=str(TARGET), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME=str(cwd / "hf_home"),
                HF_MODULES_CACHE=str(cwd / "modules"), OMP_NUM_THREADS="1")
@@ -179,6 +182,12 @@ def under_v5(exports, tmp_path_factory):
     info = json.loads((cwd / "info.json").read_text())
     info["stderr"] = done.stderr
     return load_file(cwd / "out.safetensors"), info
+
+
+def deepest(family: str) -> int:
+    """2R, or R for a family without depths beyond R (RRT)."""
+    cfg = FAMILIES[family]
+    return spec_for(cfg).max_eval_depth(cfg) or 2 * cfg.n_loops
 
 
 def prompt(B=2, T=9, seed=3):
@@ -194,20 +203,20 @@ def test_the_subprocess_ran_transformers_5(under_v5):
     assert int(info["version"].split(".")[0]) >= 5, info["version"]
     assert info["file"].startswith(str(TARGET)), info["file"]
     assert (info["gpt2"]["class"], info["gpt2"]["config"]) == ("GPT2LMHeadModel", "GPT2Config")
-    assert info["recurrent_gpt"]["class"] == "RecurrentGPTForCausalLM"
-    assert all(v["tied"] for k, v in info.items() if k.startswith(("gpt2", "recurrent_gpt")))
+    assert all(info[f]["class"] == "RGPTForCausalLM" for f in LOOPED_FAMILIES)
+    assert all(v["tied"] for k, v in info.items() if k.split(".")[0] in FAMILIES)
     # the remote code uses 5.x's names: no fallback for `cache_position` or `past_key_values` was taken
     assert "cache_position" not in info["stderr"]
     assert "past_key_values`/`cache_params` are deprecated" not in info["stderr"]
 
 
-@pytest.mark.parametrize("name", ["gpt2", "recurrent_gpt", "recurrent_gpt.r1", "recurrent_gpt.r2R"])
+@pytest.mark.parametrize("name", ["gpt2"] + [f"{f}{d}" for f in LOOPED_FAMILIES for d in ("", ".r1", ".deep")])
 def test_logits_and_loss_equal_the_native_model(under_v5, exports, name):
     out, _ = under_v5
     family, _, depth = name.partition(".")
     _, model = exports[family]
     cfg = FAMILIES[family]
-    kw = {} if family == "gpt2" else {"r": {"": cfg.n_loops, "r1": 1, "r2R": 2 * cfg.n_loops}[depth]}
+    kw = {} if family == "gpt2" else {"r": {"": cfg.n_loops, "r1": 1, "deep": deepest(family)}[depth]}
     ids = prompt()
     with torch.no_grad():
         logits = model(ids, **kw).logits[..., :cfg.vocab_size]
@@ -217,13 +226,13 @@ def test_logits_and_loss_equal_the_native_model(under_v5, exports, name):
     torch.testing.assert_close(out[f"{name}.loss"], loss, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("family", ["gpt2", "recurrent_gpt"])
+@pytest.mark.parametrize("family", list(FAMILIES))
 def test_generate_with_cache_equals_without_and_matches_4_57(under_v5, exports, family):
     from transformers import AutoModelForCausalLM
 
     out, info = under_v5
     cached, uncached = out[f"{family}.greedy.True"], out[f"{family}.greedy.False"]
-    assert info[family]["cache"] == ("DynamicCache" if family == "gpt2" else "RecurrentGPTCache")
+    assert info[family]["cache"] == ("DynamicCache" if family == "gpt2" else "RGPTCache")
     assert torch.equal(cached, uncached)
     torch.testing.assert_close(out[f"{family}.scores.True"], out[f"{family}.scores.False"], atol=1e-5, rtol=0)
     new = cached[:, prompt().shape[1]:]

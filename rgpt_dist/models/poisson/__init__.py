@@ -15,7 +15,7 @@ class PoissonSpec(LoopedSpec):
     table1_row = 2
     config = PoissonConfig
     model = "rgpt_dist.models.poisson.model:PoissonDepthGPT"
-    hf_writer = ""
+    hf_writer = "rgpt_dist.export.hf_looped_writer:write_hf_looped"
     flavours = {**{f"poisson-{cell}": looped("poisson", cell) for cell in CELLS},
                 "poisson-debug": {"family": "poisson", **DEBUG_WIDTH, "n_pre": 1, "n_rec": 1, "n_loops": 2,
                                   "n_coda": 1, "k_max": 2}}

@@ -60,9 +60,11 @@ class PoissonDepthGPT(LoopedLM):
     def grad_steps(self, r: int) -> int:
         return min(r, self.cfg.k_max)
 
-    def start(self, e: torch.Tensor, r: int, noise_key: NoiseKey | None, past: int):
+    def start(self, e: torch.Tensor, r: int, noise_key: NoiseKey | None, past: int,
+              positions: torch.Tensor | None = None):
         """(s^(0), W_e e): training noise keyed like every other draw; evaluation: a fixed draw per
-        position past..past + T - 1, drawn on the CPU so every device sees the same numbers."""
+        position (past..past + T - 1, or `positions`), drawn on the CPU so every device sees the
+        same numbers."""
         B, T, d = e.shape
         if noise_key is not None:
             s = noise_key.normal("state", (B, T, d), self.cfg.state_std, e.device, e.dtype)
@@ -70,5 +72,6 @@ class PoissonDepthGPT(LoopedLM):
             if self._eval_state is None:
                 gen = torch.Generator().manual_seed(derive_seed(0, "poisson-eval-state"))
                 self._eval_state = torch.randn(self.cfg.block_size, d, generator=gen) * self.cfg.state_std
-            s = self._eval_state[past:past + T].to(e.device, e.dtype).expand(B, T, d)
+            table = self._eval_state.to(e.device, e.dtype)
+            s = table[past:past + T].expand(B, T, d) if positions is None else table[positions]
         return s, self.recurrence.anchor(e) if r > 0 else None

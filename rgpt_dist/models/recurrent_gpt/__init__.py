@@ -1,5 +1,5 @@
 """RecurrentGPT (SPEC section 1): config.py (RecurrentGPTConfig), model.py (RecurrentGPT); the
-Hugging Face export ships remote code (rgpt_dist.export.hf_recurrent_writer)."""
+Hugging Face export ships this model's own modules as remote code (rgpt_dist.export.hf_looped_writer)."""
 from __future__ import annotations
 
 from typing import Any
@@ -16,7 +16,7 @@ class RecurrentGPTSpec(LoopedSpec):
     table1_row = 5
     config = RecurrentGPTConfig
     model = "rgpt_dist.models.recurrent_gpt.model:RecurrentGPT"
-    hf_writer = "rgpt_dist.export.hf_recurrent_writer:write_hf_recurrent"
+    hf_writer = "rgpt_dist.export.hf_looped_writer:write_hf_looped"
     diagnostics = True
     # CPU-sized debug: 1+1x2+1 executes 4 blocks per token, like the 4-layer dense debug model.
     flavours = {**{f"recurrentgpt-{cell}": looped("recurrent_gpt", cell) for cell in CELLS},

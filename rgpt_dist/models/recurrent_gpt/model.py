@@ -86,7 +86,7 @@ class RecurrentGPT(LoopedLM):
     def __init__(self, cfg: RecurrentGPTConfig, factory: LayerFactory | None = None):
         super().__init__(cfg, factory, lambda factory, out_std: GatedRecurrence(cfg, factory, out_std))
 
-    def start(self, h_pre: torch.Tensor, r: int, noise_key: NoiseKey | None, past: int):
+    def start(self, h_pre: torch.Tensor, r: int, noise_key: NoiseKey | None, past: int, positions=None):
         """h^(0) = h_pre; the anchor holds the h_pre terms of W_proj and the gate, computed once."""
         return h_pre, self.recurrence.anchor(h_pre) if r > 0 else None
 

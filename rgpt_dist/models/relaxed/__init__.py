@@ -18,7 +18,7 @@ class RelaxedSpec(LoopedSpec):
     table1_row = 4
     config = RelaxedConfig
     model = "rgpt_dist.models.relaxed.model:RelaxedRecursiveGPT"
-    hf_writer = ""
+    hf_writer = "rgpt_dist.export.hf_looped_writer:write_hf_looped"
     flavours = {**{f"rrt-{cell}": looped("relaxed", cell) for cell in ISOFLOPS},
                 "rrt-debug": {"family": "relaxed", **DEBUG_WIDTH, "n_pre": 1, "n_rec": 1, "n_loops": 2, "n_coda": 1,
                               "lora_rank": 8, "lora_alpha": 8.0}}

@@ -20,10 +20,6 @@ class RelaxedConfig(LoopedConfig):
     lora_alpha: float = 64.0
     """LoRA scale numerator: the update is (lora_alpha / lora_rank) * B A x."""
 
-    @property
-    def lora_scale(self) -> float:
-        return self.lora_alpha / self.lora_rank
-
     def problems(self, path: str) -> list[str]:
         out = super().problems(path)
         out += out_of_bounds(path, ">", 0, lora_rank=self.lora_rank, lora_alpha=self.lora_alpha)

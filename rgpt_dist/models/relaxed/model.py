@@ -33,7 +33,7 @@ class LoRA(nn.Module):
                  base: str):
         super().__init__()
         split_a, split_b = {"column": ("none", "column"), "row": ("row", "none")}[base]
-        self.scale = cfg.lora_scale
+        self.scale = cfg.lora_alpha / cfg.lora_rank
         self.A = factory.linear(in_features, cfg.lora_rank, bias=False, parallel=split_a, init_std=cfg.init_std)
         self.B = factory.linear(cfg.lora_rank, out_features, bias=False, parallel=split_b, init_std=0.0)
 
@@ -76,7 +76,7 @@ class RelaxedRecursiveGPT(LoopedLM):
     def __init__(self, cfg: RelaxedConfig, factory: LayerFactory | None = None):
         super().__init__(cfg, factory, lambda factory, out_std: RelaxedCore(cfg, factory, out_std))
 
-    def start(self, h_pre: torch.Tensor, r: int, noise_key: NoiseKey | None, past: int):
+    def start(self, h_pre: torch.Tensor, r: int, noise_key: NoiseKey | None, past: int, positions=None):
         if r > self.cfg.n_loops:
             raise ValueError(f"the Relaxed Recursive Transformer has adapters for R = {self.cfg.n_loops} steps: "
                              f"depth r={r} does not exist (evaluate at r <= {self.cfg.n_loops})")

@@ -1,0 +1,112 @@
+"""Hugging Face configuration of an exported prelude/core/coda model (RecurrentGPT, heavy-tail
+Poisson, RRT), loaded with `trust_remote_code=True`. Self-contained: imports only `transformers`.
+
+It carries the native model section's fields as attributes under their native names (listed in
+`native_fields`), so the shipped native model modules read it as they read their own config, plus
+inference settings, overridable at load:
+
+    AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True, r_eval=8, kv_strategy="average")
+
+r_eval: the recurrence depth R* (default R; at most `max_eval_depth` where the family has one, e.g.
+RRT's adapters end at R). kv_strategy: full | first | last | average. The standard names other tools
+read (hidden_size, num_attention_heads, max_position_embeddings, n_positions, num_hidden_layers) are
+derived from the fields and kept in step with them; values for them in a config.json are ignored.
+num_hidden_layers counts the blocks one forward executes at r_eval (n_pre + n_rec * r_eval + n_coda).
+"""
+from __future__ import annotations
+
+import operator
+
+from transformers import PretrainedConfig
+
+KV_STRATEGIES = ("full", "first", "last", "average")
+_DERIVED = ("hidden_size", "num_attention_heads", "max_position_embeddings", "n_positions", "num_hidden_layers")
+_SOURCES = ("d_model", "n_head", "block_size", "n_pre", "n_rec", "n_coda", "r_eval")
+_STRUCTURE = {"vocab_size": 1, "pad_vocab_multiple": 1, "block_size": 1, "d_model": 1, "n_head": 1, "n_rec": 1,
+              "n_loops": 1, "n_pre": 0, "n_coda": 0}  # integer fields every looped family has -> minimum
+
+
+def check_r_eval(value, deepest=None) -> int:
+    try:
+        depth = None if isinstance(value, bool) else operator.index(value)  # ints, numpy / torch integers
+    except TypeError:
+        depth = None
+    if depth is None or depth < 0:
+        raise ValueError(f"r_eval (the inference recurrence depth R*) must be an integer >= 0, got {value!r}")
+    if deepest is not None and depth > deepest:
+        raise ValueError(f"r_eval={depth}: this model has no depth beyond {deepest}")
+    return depth
+
+
+def check_kv_strategy(value) -> str:
+    if value not in KV_STRATEGIES:
+        raise ValueError(f"kv_strategy must be one of {', '.join(KV_STRATEGIES)}, got {value!r}")
+    return value
+
+
+class RGPTConfig(PretrainedConfig):
+    """The native model section (family, widths, the layout n_pre + n_rec x R + n_coda, the family's
+    own fields) and the inference settings."""
+
+    model_type = "rgpt_dist"
+    keys_to_ignore_at_inference = ["past_key_values"]
+    has_no_defaults_at_init = True  # the native fields have no defaults: a config always names its model
+
+    def __init__(self, native_fields: list | None = None, r_eval: int | None = None, kv_strategy: str = "full",
+                 max_eval_depth: int | None = None, bos_token_id: int = 50256, eos_token_id: int = 50256,
+                 use_cache: bool = True, **kwargs):
+        for name in _DERIVED:  # derived below; a stale copy from a config.json must not win
+            kwargs.pop(name, None)
+        self.native_fields = list(native_fields or [])
+        missing = [f for f in list(_STRUCTURE) + ["family"] if f not in self.native_fields or f not in kwargs]
+        if missing:
+            raise ValueError(f"invalid RGPTConfig: the native model fields {missing} are missing")
+        for name in self.native_fields:
+            setattr(self, name, kwargs.pop(name))
+        self.max_eval_depth = max_eval_depth
+        self.kv_strategy = kv_strategy
+        self.use_cache = use_cache
+        self._check_structure()
+        self.r_eval = r_eval
+        super().__init__(bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
+
+    def __setattr__(self, key, value):
+        # Validates the inference settings however they are set: in __init__, by a load-time override
+        # (PretrainedConfig.from_dict applies those with setattr after __init__) or by hand.
+        if key == "r_eval":
+            value = self.__dict__.get("n_loops") if value is None else value
+            value = check_r_eval(value, self.__dict__.get("max_eval_depth"))
+        elif key == "kv_strategy":
+            value = check_kv_strategy(value)
+        super().__setattr__(key, value)
+        if key in _SOURCES and all(k in self.__dict__ for k in _SOURCES):
+            d = self.__dict__
+            super().__setattr__("hidden_size", d["d_model"])
+            super().__setattr__("num_attention_heads", d["n_head"])
+            super().__setattr__("max_position_embeddings", d["block_size"])
+            super().__setattr__("n_positions", d["block_size"])
+            super().__setattr__("num_hidden_layers", d["n_pre"] + d["n_rec"] * d["r_eval"] + d["n_coda"])
+
+    def _check_structure(self) -> None:
+        problems = [f"{name}={getattr(self, name)!r} must be an integer >= {low}" for name, low in _STRUCTURE.items()
+                    if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int)
+                    or getattr(self, name) < low]
+        if not problems and self.d_model % self.n_head:
+            problems.append(f"d_model={self.d_model} is not divisible by n_head={self.n_head}")
+        if problems:
+            raise ValueError("invalid RGPTConfig: " + "; ".join(problems))
+
+    def validate_inference(self) -> None:
+        """Re-checks every field (the model calls this, so a bad value set after __init__ still fails)."""
+        self._check_structure()
+        check_r_eval(self.r_eval, self.max_eval_depth)
+        check_kv_strategy(self.kv_strategy)
+
+    # what the native model reads besides its fields (rgpt_dist.config.model.ModelConfig has the same)
+    @property
+    def padded_vocab_size(self) -> int:
+        return -(-self.vocab_size // self.pad_vocab_multiple) * self.pad_vocab_multiple
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head

@@ -1,0 +1,79 @@
+"""A native prelude/core/coda state dict (RecurrentGPT, heavy-tail Poisson, RRT) -> a Hugging Face
+`trust_remote_code` directory that runs the trainer's own model modules:
+
+    out_dir/config.json            RGPTConfig (the native model section + inference settings, auto_map)
+    out_dir/model.safetensors      the native parameter names under `model.`; the tied head stored once
+    out_dir/configuration_rgpt.py  the adapter, copied from rgpt_dist/export/hf_looped/
+    out_dir/cache_rgpt.py          (torch + transformers + the shipped modules only)
+    out_dir/modeling_rgpt.py
+    out_dir/<shipped modules>      the family's model module and what it imports (rgpt_dist.export.shipping)
+
+Load with `AutoModelForCausalLM.from_pretrained(out_dir, trust_remote_code=True[, r_eval=.., kv_strategy=..])`.
+Tokenizer files are written elsewhere.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from rgpt_dist.config.model import LoopedConfig
+from rgpt_dist.export.shipping import ship
+from rgpt_dist.models.spec import spec_for
+
+HF_CODE_DIR = Path(__file__).resolve().parent / "hf_looped"
+CODE_FILES = ("configuration_rgpt.py", "cache_rgpt.py", "modeling_rgpt.py")
+AUTO_MAP = {"AutoConfig": "configuration_rgpt.RGPTConfig", "AutoModelForCausalLM": "modeling_rgpt.RGPTForCausalLM"}
+
+
+def hf_config(cfg: LoopedConfig, *, r_eval: int | None = None, kv_strategy: str = "full",
+              dtype: torch.dtype = torch.float32):
+    """The exported model's RGPTConfig (validates r_eval against the family's deepest depth, and kv_strategy)."""
+    from rgpt_dist.export.hf_looped.configuration_rgpt import RGPTConfig
+
+    fields = cfg.to_dict()
+    config = RGPTConfig(native_fields=list(fields), r_eval=r_eval, kv_strategy=kv_strategy,
+                        max_eval_depth=spec_for(cfg).max_eval_depth(cfg), **fields)
+    config.architectures = ["RGPTForCausalLM"]
+    config.auto_map = dict(AUTO_MAP)
+    config.dtype = dtype
+    return config
+
+
+def _check_state_dict(state_dict: dict[str, torch.Tensor], cfg: LoopedConfig) -> None:
+    from rgpt_dist.registry import build_model
+
+    with torch.device("meta"):
+        shapes = {k: tuple(v.shape) for k, v in build_model(cfg).state_dict().items()}
+    missing, unexpected = sorted(set(shapes) - set(state_dict)), sorted(set(state_dict) - set(shapes))
+    wrong = sorted(f"{k}: {tuple(state_dict[k].shape)} != {shapes[k]}" for k in set(shapes) & set(state_dict)
+                   if tuple(state_dict[k].shape) != shapes[k])
+    if missing or unexpected or wrong:
+        raise ValueError(f"state dict does not match the {cfg.family} config: "
+                         f"missing {missing}, unexpected {unexpected}, wrong shapes {wrong}")
+
+
+def write_hf_looped(state_dict: dict[str, torch.Tensor], cfg: LoopedConfig, out_dir: Path, *,
+                    r_eval: int | None = None, kv_strategy: str = "full", dtype: torch.dtype = torch.float32) -> Path:
+    """Writes the HF directory for a native (tp = 1, consolidated) state dict; returns out_dir.
+    r_eval: default inference depth R* (None = R = cfg.n_loops); kv_strategy: full|first|last|average;
+    dtype: of the stored floating-point tensors."""
+    spec = spec_for(cfg)
+    if not isinstance(cfg, LoopedConfig):
+        raise ValueError(f"write_hf_looped exports prelude/core/coda models, not {cfg.family!r}")
+    config = hf_config(cfg, r_eval=r_eval, kv_strategy=kv_strategy, dtype=dtype)
+    _check_state_dict(state_dict, cfg)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tensors = {}
+    for name, t in state_dict.items():  # each a fresh contiguous CPU copy (no shared storage)
+        t = t.detach().to("cpu")
+        tensors[f"model.{name}"] = (t.to(dtype) if t.is_floating_point() else t).clone(memory_format=torch.contiguous_format)
+    save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    config.save_pretrained(out_dir)
+    for name in CODE_FILES:
+        shutil.copyfile(HF_CODE_DIR / name, out_dir / name)
+    ship(spec.model, spec.config, out_dir)
+    return out_dir
