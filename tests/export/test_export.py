@@ -1,5 +1,6 @@
 """rgpt-export on real checkpoints written by the trainer under torchrun (ZeRO 0/2/3, tp = 2, bf16)."""
 import json
+import os
 import subprocess
 import sys
 
@@ -9,6 +10,7 @@ import torch
 from rgpt_dist.config import load_config
 from rgpt_dist.export.consolidate import ExportError, consolidate
 from rgpt_dist.export.native import load_native
+from rgpt_dist.models.spec import spec_for
 from rgpt_dist.registry import build_model
 from tests.helpers.dist import ROOT
 from tests.helpers.runs import BASE, prepare_dataset, train
@@ -42,6 +44,12 @@ def runs(tmp_path_factory):
     out["dense"] = root / "dense"
     train(1, out["dense"], data, "model=gpt2-debug", "parallel.zero_stage=1", *TRAINED, common=BASE,
           config="configs/experiments/gpt2-small-20k.yaml")
+    # the competitors: Poisson sharded by tp = 2, RRT (its LoRA adapters) by ZeRO-3
+    out["poisson-tp2"], out["rrt-zero3"] = root / "poisson-tp2", root / "rrt-zero3"
+    train(2, out["poisson-tp2"], data, "model=poisson-debug", "model.n_loops=3", "model.k_max=2",
+          "parallel.tp_size=2", "model.pad_vocab_multiple=256", "parallel.zero_stage=2", *TRAINED, common=BASE)
+    train(2, out["rrt-zero3"], data, "model=rrt-debug", "model.n_loops=3", "parallel.zero_stage=3", *TRAINED,
+          common=BASE)
     return out
 
 
@@ -156,19 +164,19 @@ def test_incomplete_and_corrupted_checkpoints_are_refused(runs, tmp_path):
         consolidate(tmp_path / "nowhere")
 
 
-@pytest.mark.parametrize("name", ["zero3", "tp2-bf16"])
+@pytest.mark.parametrize("name", ["zero3", "tp2-bf16", "poisson-tp2", "rrt-zero3"])
 def test_recurrent_export_round_trip_native_equals_hf(runs, name, hf_env, tmp_path):
-    """From ZeRO-3 and tp = 2 checkpoints: the HF trust_remote_code model gives the native export's
-    logits at R* = 1, R and 2R (fp32)."""
+    """From ZeRO-3 and tp = 2 checkpoints of every looped family: the HF trust_remote_code model gives
+    the native export's logits at R* = 1, R and 2R (RRT: at most R; fp32)."""
     from transformers import AutoModelForCausalLM
 
     from rgpt_dist.export.exporter import export
 
     out = export(runs[name], tmp_path / name)
     native, _ = load_native(out / "native")
-    R = native.cfg.n_loops
+    R, deepest = native.cfg.n_loops, spec_for(native.cfg).max_eval_depth(native.cfg)
     ids = torch.randint(0, native.cfg.vocab_size, (2, 24), generator=torch.Generator().manual_seed(0))
-    for r in (1, R, 2 * R):
+    for r in sorted({1, R, deepest or 2 * R}):
         hf = AutoModelForCausalLM.from_pretrained(out / "hf", trust_remote_code=True, r_eval=r).eval()
         with torch.no_grad():
             mine = native(ids, r=r).logits[..., :native.cfg.vocab_size]
@@ -204,3 +212,31 @@ def test_lm_eval_on_a_recurrent_export_equals_our_own_scoring(runs, tmp_path):
     for m in ours.values():
         assert m["acc"] == m["own_acc"] and m["acc_norm"] == m["own_acc_norm"]
     assert ours[4]["acc"] == theirs["acc,none"]  # R* = R is the export's default depth
+
+
+def test_competitor_exports_curve_and_lm_eval(runs, tmp_path):
+    """rgpt-eval on the competitors' exports: the early-exit curve of Poisson depth runs to 2R; RRT's
+    stops at R (its adapters) and a deeper request fails naming the limit; the lm-eval depth sweep
+    reaches the Poisson export and lm-eval's accuracy equals our own scoring."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "HF_HOME": str(tmp_path / "hf_home"), "OMP_NUM_THREADS": "1"}
+
+    def rgpt_eval(*args):
+        return subprocess.run([sys.executable, "-m", "launcher.eval", *map(str, args)], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=600)
+
+    for name, depths in (("poisson-tp2", list(range(7))), ("rrt-zero3", list(range(4)))):
+        assert export_cli(runs[name], tmp_path / name).returncode == 0
+        done = rgpt_eval("curve", tmp_path / name, "--out", tmp_path / f"{name}-curve", "--batches", "2")
+        assert done.returncode == 0, done.stderr[-3000:]
+        rows = json.loads((tmp_path / f"{name}-curve" / "early_exit.json").read_text())
+        assert [row["depth"] for row in rows] == depths and all(row["loss"] > 0 for row in rows)
+    done = rgpt_eval("curve", tmp_path / "rrt-zero3", "--out", tmp_path / "deep", "--depths", "0,4")
+    assert done.returncode == 2 and "RRT has no depth beyond r=3" in done.stderr and "[4]" in done.stderr
+    done = rgpt_eval("lm-eval", tmp_path / "poisson-tp2", "--depths", "1,3", "--limit", "12", "--out", tmp_path / "lm")
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((tmp_path / "lm" / "lm_eval_results.json").read_text())["runs"]
+    assert [r["r_eval"] for r in results] == [1, 3]
+    for run in results:
+        m = run["tasks"]["rgpt_example"]
+        assert m["acc"] == m["own_acc"] and m["n"] == 12

@@ -1,7 +1,7 @@
 """The contract every registered family keeps (#11), run on each family the spec registry finds:
 build from its debug flavour, forward at several depths, parameter count and executed FLOPs against
-the built model and torch's flop counter, a tp=2 split/merge round trip of its state dict, a native
-export round trip, and KV-cache decoding equal to recomputation."""
+the built model and torch's flop counter, a tp=2 split/merge round trip of its state dict, native and
+Hugging Face export round trips, and KV-cache decoding equal to recomputation."""
 from __future__ import annotations
 
 import pytest
@@ -103,6 +103,28 @@ def test_native_export_round_trip(family, tmp_path):
     idx, _ = batch(cfg)
     assert record["model"]["family"] == cfg.family
     torch.testing.assert_close(again(idx).logits, model(idx).logits, atol=0, rtol=0)
+
+
+def test_hugging_face_export_round_trip(family, tmp_path):
+    """The family's HF writer (every family has one), loaded back with transformers: same logits, and
+    cached greedy generate() equal to the native cached generation."""
+    from transformers import AutoModelForCausalLM
+
+    from tests.helpers.hf import isolated_hf
+
+    name, cfg, model = family
+    spec = spec_for(name)
+    out = tmp_path / f"{name}_hf"  # transformers keys remote code by the directory's name
+    spec.write_hf(model.state_dict(), cfg, out, dtype=torch.float32)
+    idx, _ = batch(cfg, B=2, T=8)
+    with isolated_hf(tmp_path / "home"):
+        hf = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=spec.recurrent).eval()
+        with torch.no_grad():
+            logits = hf(idx).logits
+            seq = hf.generate(idx, attention_mask=torch.ones_like(idx), max_new_tokens=6, do_sample=False,
+                              pad_token_id=0)
+    torch.testing.assert_close(logits, model(idx).logits[..., :cfg.vocab_size], atol=1e-5, rtol=0)
+    assert torch.equal(seq, generate(model, idx, 6, strategy="full"))
 
 
 def test_cached_generation_equals_recomputation(family):
