@@ -38,7 +38,7 @@ class LoRA(nn.Module):
         self.B = factory.linear(cfg.lora_rank, out_features, bias=False, parallel=split_b, init_std=0.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.B(self.A(x)) * self.scale
+        return self.B(self.A(x) * self.scale)  # scaling the rank-wide product is the cheaper side
 
 
 def block_adapters(cfg: RelaxedConfig, factory: LayerFactory) -> nn.ModuleDict:
