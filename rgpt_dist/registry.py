@@ -8,12 +8,6 @@ from rgpt_dist.config.model import ModelConfig
 from rgpt_dist.models.spec import spec_for
 
 
-def model_class(family: str) -> type:
-    from rgpt_dist.models.spec import _load
-
-    return _load(spec_for(family).model)
-
-
 def build_model(cfg: ModelConfig, factory: Any = None, seed: int | None = None):
     """Instantiate the family's model; with `seed`, initialisation is reproducible."""
     import torch
