@@ -80,14 +80,16 @@ class _ModelLayers:
     flavour_from: str = "the default"
     replaced: str | None = None  # "NAME (where)" of the flavour the last one replaced
     fields: dict[str, tuple[Any, str]] = dataclasses.field(default_factory=dict)  # key -> (value, where)
+    complete: str | None = None  # where a complete section (a mapping without flavour) came from
 
     def set_flavour(self, name: Any, where: str) -> None:
         if not isinstance(name, str):
             raise ConfigError(f"model={name!r} ({where}) must name a flavour (known: {', '.join(FLAVOURS)})")
         if self.flavour is not None and self.flavour != name:
             self.replaced = f"{self.flavour} ({self.flavour_from})"
-        if self.flavour is None and self.fields:  # a complete YAML section gives way to the flavour
-            self.fields = {}
+        if self.complete is not None:  # a complete section gives way to the flavour, fields and all
+            self.fields = {k: v for k, v in self.fields.items() if v[1] != self.complete}
+            self.complete = None
         self.flavour, self.flavour_from = name, where
 
     def add(self, section: Any, where: str) -> None:
@@ -96,6 +98,8 @@ class _ModelLayers:
             section = dict(section)
             if "flavour" in section:
                 self.set_flavour(section.pop("flavour"), where)
+            elif self.flavour is None:
+                self.complete = where
             self.fields.update({k: (v, where) for k, v in section.items()})
         else:
             self.set_flavour(section, where)

@@ -33,9 +33,12 @@ def test_yaml_fields_apply_over_the_new_flavour_then_command_line_fields(tmp_pat
     assert (cfg.model.d_model, cfg.model.n_loops, cfg.model.sigma_x) == (64, 4, 0.3)
 
 
-def test_command_line_flavour_switches_family():
-    cfg = load_config("recurrentgpt-debug", ["model.flavour=gpt2-debug", "model.n_layer=3"])
-    assert isinstance(cfg.model, GPT2Config) and (cfg.model.n_layer, cfg.model.d_model) == (3, 64)
+def test_command_line_flavour_switches_family_in_either_order():
+    for overrides in (["model.flavour=gpt2-debug", "model.n_layer=3"], ["model.n_layer=3", "model=gpt2-debug"]):
+        cfg = load_config("recurrentgpt-debug", overrides)
+        assert isinstance(cfg.model, GPT2Config) and (cfg.model.n_layer, cfg.model.d_model) == (3, 64)
+    cfg = load_config(None, ["model.n_layer=2", "model=gpt2-debug"])  # no source: the field survives too
+    assert cfg.model.n_layer == 2
 
 
 def test_field_the_new_family_lacks_names_field_and_both_flavours(tmp_path):
