@@ -186,6 +186,10 @@ class LoopedSpec(FamilySpec):
         """Steps of a depth-r training forward that carry gradient (all: no truncated backprop)."""
         return r
 
+    def no_grad_forward_flops(self, cfg: Any, seq_len: int, r: int) -> float:
+        """The steps before the last grad_steps: their core blocks and per-step extras (Eq. 1 form)."""
+        return (r - self.grad_steps(cfg, r)) * (cfg.n_rec * block_flops(cfg, seq_len) + self.step_flops(cfg, 1))
+
     def recompute_flops(self, cfg: Any, seq_len: int, r: float | None, mode: str) -> float:
         """`recurrence`: every recurrence step with gradient (the core's blocks and the executed
         per-step extras; steps run without autograd save nothing to recompute); `blocks`: also

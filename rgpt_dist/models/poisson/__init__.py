@@ -6,7 +6,7 @@ from typing import Any
 
 from rgpt_dist.config.flavours import CELLS, DEBUG_WIDTH, looped
 from rgpt_dist.models.poisson.config import PoissonConfig
-from rgpt_dist.models.spec import LoopedSpec, block_flops
+from rgpt_dist.models.spec import LoopedSpec
 
 
 class PoissonSpec(LoopedSpec):
@@ -46,11 +46,8 @@ class PoissonSpec(LoopedSpec):
         return (r * 2.0 + 2.0) * cfg.d_model ** 2 if r > 0 else 0.0
 
     def grad_steps(self, cfg: Any, r: float) -> float:
+        """Truncated backprop: the last k = min(r, k_max) steps."""
         return min(r, cfg.k_max)
-
-    def no_grad_forward_flops(self, cfg: Any, seq_len: int, r: int) -> float:
-        """The first r - k steps: their core blocks and adapter (Eq. 1 form)."""
-        return (r - self.grad_steps(cfg, r)) * (cfg.n_rec * block_flops(cfg, seq_len) + 4.0 * cfg.d_model ** 2)
 
 
 SPEC = PoissonSpec()
