@@ -64,6 +64,11 @@ def executed_forward_flops(cfg: ModelConfig, seq_len: int, r: float | None = Non
     return float(block_executions(cfg, r) * block_flops(cfg, seq_len) + spec_for(cfg).executed_step_flops(cfg, r))
 
 
+def executed_overhead_flops(cfg: ModelConfig, r: float | None = None) -> float:
+    """Matmul FLOPs a forward runs once whatever its token count (RRT's merged LoRA weights)."""
+    return float(spec_for(cfg).executed_overhead_flops(cfg, r))
+
+
 def recompute_flops(cfg: ModelConfig, seq_len: int, r: float | None, mode: str) -> float:
     """Forward FLOPs per token run again in backward by activation checkpointing (`mode` as in
     parallel.activation_checkpointing); hardware utilisation counts them, MFU does not."""

@@ -24,14 +24,28 @@ from rgpt_dist.models.kv_cache import LayerCache
 Parallel = Literal["column", "row", "none"]
 
 
+class Linear(nn.Linear):
+    """nn.Linear whose forward can take another weight of the same shape (a merged low-rank update:
+    W + dW), as the tensor-parallel layers can."""
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+        return F.linear(x, self.weight if weight is None else weight, self.bias)
+
+
 class LayerFactory:
     """Creates the layers tensor parallelism must choose at construction (plain torch.nn here)."""
 
     tp_size: int = 1
 
+    def shared(self, t: torch.Tensor) -> torch.Tensor:
+        """A tensor every tensor-parallel rank holds whole, used to build a rank's shard of a weight
+        (a low-rank factor): the identity here; under tensor parallelism its gradient is summed
+        across the ranks, each of which saw only its shard's part."""
+        return t
+
     def linear(self, in_features: int, out_features: int, *, bias: bool, parallel: Parallel,
                init_std: float, input_is_parallel: bool = True) -> nn.Module:
-        layer = nn.Linear(in_features, out_features, bias=bias)
+        layer = Linear(in_features, out_features, bias=bias)
         nn.init.normal_(layer.weight, mean=0.0, std=init_std)
         if bias:
             nn.init.zeros_(layer.bias)
@@ -62,13 +76,15 @@ class ModelOutput:
     aux: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-Deltas = Mapping[str, Callable[[torch.Tensor], torch.Tensor]]
-"""Projection name ('qkv', 'attn_proj', 'fc', 'mlp_proj') -> x -> an update added to its output."""
+Deltas = Mapping[str, Callable[[], torch.Tensor]]
+"""Projection name ('qkv', 'attn_proj', 'fc', 'mlp_proj') -> () -> an update of its weight (the
+rank's shard, the weight's shape)."""
 
 
 def _project(layer: nn.Module, x: torch.Tensor, delta: Deltas | None, name: str) -> torch.Tensor:
-    """layer(x), plus delta[name](x) when a low-rank update is given (same input, same output shard)."""
-    return layer(x) if delta is None else layer(x) + delta[name](x)
+    """layer(x), or with a weight update layer(x) computed with W + delta[name](): one matmul per
+    token as without the update (the update is formed once per call, not per token)."""
+    return layer(x) if delta is None else layer(x, weight=layer.weight + delta[name]())
 
 
 def layer_norm(cfg: Any) -> nn.LayerNorm:

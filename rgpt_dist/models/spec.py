@@ -104,8 +104,13 @@ class FamilySpec:
         return 0.0
 
     def executed_step_flops(self, cfg: Any, r: float | None = None) -> float:
-        """`step_flops` as this implementation runs them (what torch's flop counter sees)."""
+        """`step_flops` as this implementation runs them per token (what torch's flop counter sees)."""
         return self.step_flops(cfg, r)
+
+    def executed_overhead_flops(self, cfg: Any, r: float | None = None) -> float:
+        """Matmul FLOPs a forward at depth r runs once, whatever its number of tokens (RRT: forming
+        its merged weights)."""
+        return 0.0
 
     def no_grad_forward_flops(self, cfg: Any, seq_len: int, r: int) -> float:
         """Forward FLOPs per token at depth r that run without autograd (truncated backprop): they

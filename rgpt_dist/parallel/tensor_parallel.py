@@ -25,17 +25,25 @@ from megatron.core.model_parallel_config import ModelParallelConfig  # noqa: E40
 
 
 class ColumnLinear(tensor_parallel.ColumnParallelLinear):
-    """Output features sharded; returns a tensor (megatron returns (output, bias))."""
+    """Output features sharded; returns a tensor (megatron returns (output, bias)). `weight`: another
+    weight of this rank's shard's shape (a merged low-rank update), as megatron allows."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward(x)[0]
+    def forward(self, x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+        return super().forward(x, weight=weight)[0]
 
 
 class RowLinear(tensor_parallel.RowParallelLinear):
-    """Input features sharded, output all-reduced (bias added after the reduction)."""
+    """Input features sharded, output all-reduced (bias added after the reduction). `weight`:
+    another weight of this rank's shard's shape; megatron's forward takes none, so that path runs
+    the same three steps here (slice a replicated input, partial product, all-reduce)."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward(x)[0]
+    def forward(self, x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+        if weight is None:
+            return super().forward(x)[0]
+        if not self.input_is_parallel:
+            x = tensor_parallel.scatter_to_tensor_model_parallel_region(x)
+        y = tensor_parallel.reduce_from_tensor_model_parallel_region(F.linear(x, weight))
+        return y if self.bias is None else y + self.bias
 
 
 def init_tensor_parallel(tp_size: int) -> None:
@@ -69,6 +77,10 @@ class TensorParallelFactory(LayerFactory):
             init = functools.partial(nn.init.normal_, mean=0.0, std=init_std)
             return tensor_parallel.VocabParallelEmbedding(num, dim, init_method=init, config=self.config)
         return super().embedding(num, dim, parallel=parallel, init_std=init_std)
+
+    def shared(self, t: torch.Tensor) -> torch.Tensor:
+        """Identity forward; backward sums the gradient over the tensor-parallel group."""
+        return tensor_parallel.copy_to_tensor_model_parallel_region(t)
 
     def lm_logits(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """(B, T, d) x local (V / tp, d) -> (B, T, V / tp); the input's gradient is all-reduced."""

@@ -11,7 +11,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from rgpt_dist.config import load_config
 from rgpt_dist.export.native import load_native, write_native
-from rgpt_dist.flops import executed_forward_flops, head_flops, param_count
+from rgpt_dist.flops import executed_forward_flops, executed_overhead_flops, head_flops, param_count
 from rgpt_dist.models.generate import generate
 from rgpt_dist.models.spec import families, spec_for
 from rgpt_dist.parallel.reshard import layout_for, merge_state_dicts, split_state_dict
@@ -79,7 +79,7 @@ def test_parameters_and_executed_flops_match_the_model(family):
         # the math SDPA backend runs attention as bmm ops the counter sees
         with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter, torch.no_grad():
             model(idx, **({} if r is None else {"r": r}))
-        expected = idx.numel() * (executed_forward_flops(cfg, 48, r) + head_flops(cfg))
+        expected = idx.numel() * (executed_forward_flops(cfg, 48, r) + head_flops(cfg)) + executed_overhead_flops(cfg, r)
         assert counter.get_total_flops() == pytest.approx(expected, rel=0.02), f"r={r}"
 
 

@@ -48,8 +48,18 @@ class RelaxedSpec(LoopedSpec):
         return {"lora": self.extra_params(cfg)}
 
     def step_flops(self, cfg: Any, r: float | None = None) -> float:
-        """Every adapter costs 2 FLOPs per parameter per token: 32 rank d per core block and step."""
+        """Eq. 1 form, the adapters as the paper writes them (W x + B A x): 2 FLOPs per adapter
+        parameter per token, 32 rank d per core block and step."""
         return (cfg.n_loops if r is None else r) * cfg.n_rec * 2.0 * self._lora_per_block_step(cfg)
+
+    def executed_step_flops(self, cfg: Any, r: float | None = None) -> float:
+        """None per token: the implementation merges each update into its weight (model.py)."""
+        return 0.0
+
+    def executed_overhead_flops(self, cfg: Any, r: float | None = None) -> float:
+        """Forming W + s B A once per forward: 2 rank (out x in) per projection, 24 rank d^2 per core
+        block and step."""
+        return (cfg.n_loops if r is None else r) * cfg.n_rec * 24.0 * cfg.lora_rank * cfg.d_model ** 2
 
 
 SPEC = RelaxedSpec()

@@ -9,10 +9,16 @@ skeleton (rgpt_dist.models.looped).
 
 One LoRA adapter per (step, core block, projection) on qkv, the attention output, the MLP's fc and
 its output projection; B_i starts at zero (training from scratch: every step starts as the strictly
-shared block). Depth-fixed: r = R in training; any r <= R at evaluation (early exit). Under tensor
-parallelism an adapter takes its projection's split: for a column-parallel projection A is
-replicated and B column-parallel (its output shard is the projection's), for a row-parallel one A
-is row-parallel on the sharded input (reduced) and B replicated.
+shared block). Depth-fixed: r = R in training; any r <= R at evaluation (early exit).
+
+The update is merged into the weight once per call, W_i = W + (alpha / rank) B_i A_i, so a token
+costs one matmul per projection as in a dense block (per token the adapters would cost 32 rank d
+FLOPs per block and step in small matmuls; merged they cost 24 rank d^2 per block and step, once).
+Under tensor parallelism an adapter takes its projection's split: for a column-parallel projection
+B is column-parallel (its rows are the shard's) and A replicated, for a row-parallel one A is
+row-parallel (its columns are the shard's) and B replicated; B_shard A or B A_shard is then the
+shard of the update, and the replicated factor's gradient is summed over the ranks
+(`factory.shared`).
 """
 from __future__ import annotations
 
@@ -27,18 +33,25 @@ from rgpt_dist.noise import NoiseKey
 
 
 class LoRA(nn.Module):
-    """x (.., in) -> scale * B(A(x)) (.., out); A ~ N(0, init_std), B = 0."""
+    """The update of one projection's weight: scale * B A, (out, in) (this rank's shard); A (rank, in)
+    ~ N(0, init_std), B (out, rank) = 0."""
 
     def __init__(self, factory: LayerFactory, in_features: int, out_features: int, cfg: RelaxedConfig,
                  base: str):
         super().__init__()
+        self.base, self.factory = base, factory
         split_a, split_b = {"column": ("none", "column"), "row": ("row", "none")}[base]
         self.scale = cfg.lora_alpha / cfg.lora_rank
         self.A = factory.linear(in_features, cfg.lora_rank, bias=False, parallel=split_a, init_std=cfg.init_std)
         self.B = factory.linear(cfg.lora_rank, out_features, bias=False, parallel=split_b, init_std=0.0)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.B(self.A(x) * self.scale)  # scaling the rank-wide product is the cheaper side
+    def forward(self) -> torch.Tensor:
+        a, b = self.A.weight, self.B.weight                              # (rank, in), (out, rank): shards
+        if self.base == "column":
+            a = self.factory.shared(a)
+        else:
+            b = self.factory.shared(b)
+        return (b * self.scale) @ a                                      # (out, in): the weight's shard
 
 
 def block_adapters(cfg: RelaxedConfig, factory: LayerFactory) -> nn.ModuleDict:
