@@ -219,14 +219,13 @@ def gpu_hours(cfg: ModelConfig, seq_len: int, steps: int, tokens_per_step: int, 
     return total_train_flops(cfg, seq_len, steps, tokens_per_step) / (peak_flops_per_gpu * mfu) / 3600.0
 
 
-KV_STRATEGIES = ("full", "first", "last", "average")
-
-
 def cached_layers(cfg: ModelConfig, strategy: str, r: int | None) -> int:
     """Attention layers holding K/V for depth r under `strategy`, as the family's spec counts them
     (GPT-2: n_layer; prelude/core/coda families: n_pre + n_coda + n_rec x (r if full else 1))."""
-    if strategy not in KV_STRATEGIES:
-        raise ValueError(f"unknown KV-cache strategy {strategy!r}; expected one of {KV_STRATEGIES}")
+    from rgpt_dist.models.kv_cache import STRATEGIES  # (imports torch: only KV-cache sizing needs it)
+
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown KV-cache strategy {strategy!r}; expected one of {STRATEGIES}")
     return spec_for(cfg).cached_layers(cfg, strategy, r)
 
 

@@ -50,7 +50,8 @@ def early_exit_curve(model: torch.nn.Module, batches: list, depths: list[int] | 
     spec = spec_for(cfg)
     recurrent, deepest = spec.recurrent, spec.max_eval_depth(cfg)
     if recurrent:
-        depths = sorted(set(depths if depths is not None else range(min(2 * cfg.n_loops, deepest or 2 * cfg.n_loops) + 1)))
+        default = range(2 * cfg.n_loops + 1 if deepest is None else min(2 * cfg.n_loops, deepest) + 1)
+        depths = sorted(set(depths if depths is not None else default))
         if deepest is not None and depths[-1] > deepest:
             raise ValueError(f"{spec.title} has no depth beyond r={deepest} ({spec.layout(cfg)}): asked for "
                              f"{[d for d in depths if d > deepest]}")

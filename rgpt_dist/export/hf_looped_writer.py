@@ -61,7 +61,7 @@ def write_hf_looped(state_dict: dict[str, torch.Tensor], cfg: LoopedConfig, out_
     r_eval: default inference depth R* (None = R = cfg.n_loops); kv_strategy: full|first|last|average;
     dtype: of the stored floating-point tensors."""
     spec = spec_for(cfg)
-    if not isinstance(cfg, LoopedConfig):
+    if not spec.recurrent:
         raise ValueError(f"write_hf_looped exports prelude/core/coda models, not {cfg.family!r}")
     config = hf_config(cfg, r_eval=r_eval, kv_strategy=kv_strategy, dtype=dtype)
     _check_state_dict(state_dict, cfg)

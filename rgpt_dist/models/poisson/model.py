@@ -55,7 +55,7 @@ class InjectedCore(nn.Module):
 class PoissonDepthGPT(LoopedLM):
     def __init__(self, cfg: PoissonConfig, factory: LayerFactory | None = None):
         super().__init__(cfg, factory, lambda factory, out_std: InjectedCore(cfg, factory, out_std))
-        self._eval_state: torch.Tensor | None = None  # (block_size, d) fp32 on CPU, drawn once
+        self._eval_state: torch.Tensor | None = None  # (block_size, d), kept on the device and dtype last used
 
     def grad_steps(self, r: int) -> int:
         return min(r, self.cfg.k_max)
@@ -69,9 +69,10 @@ class PoissonDepthGPT(LoopedLM):
         if noise_key is not None:
             s = noise_key.normal("state", (B, T, d), self.cfg.state_std, e.device, e.dtype)
         else:
-            if self._eval_state is None:
+            table = self._eval_state
+            if table is None or (table.device, table.dtype) != (e.device, e.dtype):  # once, not per decoding step
                 gen = torch.Generator().manual_seed(derive_seed(0, "poisson-eval-state"))
-                self._eval_state = torch.randn(self.cfg.block_size, d, generator=gen) * self.cfg.state_std
-            table = self._eval_state.to(e.device, e.dtype)
+                table = torch.randn(self.cfg.block_size, d, generator=gen) * self.cfg.state_std
+                self._eval_state = table = table.to(e.device, e.dtype)
             s = table[past:past + T].expand(B, T, d) if positions is None else table[positions]
         return s, self.recurrence.anchor(e) if r > 0 else None
