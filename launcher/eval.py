@@ -36,6 +36,8 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--batch-size", type=int, default=8)
         s.add_argument("--batches", type=int, default=20, help="number of batches (file order)")
         s.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, or auto (cuda when available)")
+        s.add_argument("--trust-checkpoint", action="store_true",
+                       help="UNSAFE: load checkpoint files that need full unpickling (runs code the file names)")
     sub.choices["curve"].add_argument("--depths", type=_ints, help="comma-separated R* values (default 0..2R)")
     sub.choices["diagnostics"].add_argument("--r", type=int, help="depth to diagnose (default R)")
     s = sub.add_parser("lm-eval", help="lm-evaluation-harness on OUT/hf, optionally over depths")
@@ -47,6 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--limit", type=int, help="items per task (smoke runs)")
     s.add_argument("--batch-size", type=int, default=1, help="1 reproduces our own scoring bitwise")
     s.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, or auto (cuda when available)")
+    s.add_argument("--remote-code", choices=["auto", "never", "trust"], default="auto",
+                   help="run the export's shipped model code: auto (only when it is byte-identical to this "
+                        "checkout's; none for dense GPT-2), never, or trust (UNSAFE) (default auto)")
     s = sub.add_parser("grid", help="final loss, parameters, FLOPs and early-exit curve of every run (Table 1)")
     s.add_argument("runs_dir", help="directory holding run directories (runs/<model>-<budget>)")
     s.add_argument("--out", required=True)
@@ -64,7 +69,7 @@ def _model_and_batches(args):
     from rgpt_dist.eval.early_exit import val_batches
     from rgpt_dist.eval.source import load_model
 
-    model, record = load_model(args.source)
+    model, record = load_model(args.source, trust=args.trust_checkpoint)
     device = _device(args.device)
     data = record.get("data", {})
     paths = args.data or data.get("paths")
@@ -113,13 +118,13 @@ def lm_eval(args) -> Path:
     hf_dir = hf_dir / "hf" if (hf_dir / "hf" / "config.json").is_file() else hf_dir
     tasks = [t for t in args.tasks.split(",") if t]
     common = dict(include_path=args.include_path, limit=args.limit, batch_size=args.batch_size,
-                  device=_device(args.device))
+                  device=_device(args.device), remote_code=args.remote_code)
     if args.depths:
         runs = depth_sweep(hf_dir, tasks, args.depths, **common)
     else:
         runs = [run_lm_eval(hf_dir, tasks, **common)]
     for run in runs:
-        _own_scores(hf_dir, run, args.limit, common["device"])
+        _own_scores(hf_dir, run, args.limit, common["device"], args.remote_code)
     written = write_results(runs, args.out)
     for run in runs:
         for task, m in run["tasks"].items():
@@ -129,7 +134,7 @@ def lm_eval(args) -> Path:
     return Path(args.out)
 
 
-def _own_scores(hf_dir: Path, run: dict, limit: int | None, device: str) -> None:
+def _own_scores(hf_dir: Path, run: dict, limit: int | None, device: str, remote_code: str) -> None:
     """Our own multiple-choice scoring of the bundled tasks beside lm-eval's, at the run's depth."""
     from rgpt_dist.eval.harness import BUNDLED_TASK_DATA
     from rgpt_dist.eval.scoring import own_accuracy
@@ -137,7 +142,8 @@ def _own_scores(hf_dir: Path, run: dict, limit: int | None, device: str) -> None
     extra = {} if run.get("r_eval") is None else {"r_eval": run["r_eval"]}
     for task, metrics in run["tasks"].items():
         if task in BUNDLED_TASK_DATA:
-            own = own_accuracy(hf_dir, BUNDLED_TASK_DATA[task], model_args_extra=extra, limit=limit, device=device)
+            own = own_accuracy(hf_dir, BUNDLED_TASK_DATA[task], model_args_extra=extra, limit=limit, device=device,
+                               remote_code=remote_code)
             metrics.update(own_acc=own["acc"], own_acc_norm=own["acc_norm"])
 
 

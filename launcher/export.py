@@ -6,7 +6,9 @@
 
 Writes OUT/native (model.safetensors + config.json), OUT/hf (Hugging Face directory with tokenizer;
 RecurrentGPT loads with trust_remote_code=True) and OUT/export.json. Exit status 2 when the checkpoint
-cannot be exported (incomplete, corrupted, not ours) or OUT exists without --overwrite.
+cannot be exported (incomplete, corrupted, not ours, or a file that would run code on loading) or
+OUT exists without --overwrite. Checkpoint files are read without running code unless
+--trust-checkpoint is given (UNSAFE: only for checkpoints you trust; docs/security.md).
 """
 from __future__ import annotations
 
@@ -26,10 +28,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--r-eval", type=int, help="RecurrentGPT: recurrence depth R* the HF model runs (default R)")
     p.add_argument("--kv-strategy", choices=["full", "first", "last", "average"],
                    help="RecurrentGPT: KV-cache strategy of the HF model (default full)")
+    p.add_argument("--trust-checkpoint", action="store_true",
+                   help="UNSAFE: load checkpoint files that need full unpickling (runs code the file names)")
     args = p.parse_args(argv)
     inference = {k: v for k, v in (("r_eval", args.r_eval), ("kv_strategy", args.kv_strategy)) if v is not None}
     try:
-        out = export(args.checkpoint, args.out, overwrite=args.overwrite, dtype=args.dtype, inference=inference)
+        out = export(args.checkpoint, args.out, overwrite=args.overwrite, dtype=args.dtype, inference=inference,
+                     trust=args.trust_checkpoint)
     except (ExportError, ValueError) as e:
         print(f"rgpt-export: {e}", file=sys.stderr)
         return 2

@@ -16,21 +16,45 @@
 #   RGPT_PYTHON             python with the project installed                      [$RGPT_ROOT/.venv/bin/python or python]
 #   RGPT_CONFIG_DIR         experiment configs                                     [$RGPT_ROOT/configs/experiments]
 #   RGPT_RUNS               where run directories go                               [$RGPT_ROOT/runs]
-#   RGPT_OVERRIDES          extra key=value config overrides, space-separated      []
+#   RGPT_OVERRIDES          extra key=value config overrides, whitespace-separated []
 #   NPROC_PER_NODE          ranks per node                                         [GPUs on the node, else 1]
 #   MASTER_PORT             rendezvous port                                        [20000 + job id % 20000]
 #   SHUTDOWN_TIMEOUT        seconds torchrun waits for ranks to save after a signal [110]
 #   SRUN_ARGS               extra srun arguments, e.g. pyxis' "--container-image=... --container-mounts=..." []
 #   RGPT_DRY_RUN=1          print the command instead of running it
+#
+# RGPT_OVERRIDES and SRUN_ARGS are split at whitespace and nothing else: each word is passed as it is
+# (no globbing, so `train.lr=3e-4 data.paths=[/d/*]` reaches the trainer literally; no quote
+# removal or expansion either, so a value cannot hold a space: write YAML lists without spaces,
+# e.g. data.paths=[/a,/b]).
+# SLURM's ids are checked to be decimal numbers before any arithmetic: bash evaluates a variable's
+# value in (( )) as an expression, so an id such as 'a[$(cmd)]' would run cmd.
 
 set -euo pipefail
+
+require_id() {  # NAME VALUE: VALUE must be a decimal number (10 digits at most: no overflow either)
+    if [[ ! "$2" =~ ^[0-9]{1,10}$ ]]; then
+        echo "slurm/common.sh: $1=$(printf '%q' "$2") is not a decimal job or task id" >&2
+        exit 2
+    fi
+}
+
+split_words() {  # NAME TEXT: the array NAME holds TEXT's whitespace-separated words, unglobbed
+    # read splits at $IFS only; it never globs or expands. -d '' reads past newlines (and returns
+    # 1 at the end of its input, hence || true).
+    read -r -d '' -a "$1" <<< "$2" || true
+}
 
 if [[ -z "${MODELS+x}" || ${#MODELS[@]} -eq 0 ]]; then
     echo "slurm/common.sh: the job script must define MODELS=(...)" >&2
     exit 2
 fi
 TASK=${SLURM_ARRAY_TASK_ID:-0}
-if (( TASK < 0 || TASK >= ${#MODELS[@]} )); then
+require_id SLURM_ARRAY_TASK_ID "$TASK"
+require_id SLURM_JOB_ID "${SLURM_JOB_ID:-0}"
+[[ -z "${SLURM_ARRAY_JOB_ID:-}" ]] || require_id SLURM_ARRAY_JOB_ID "$SLURM_ARRAY_JOB_ID"
+TASK=$(( 10#$TASK ))  # 10#: a leading zero is not octal
+if (( TASK >= ${#MODELS[@]} )); then
     echo "array task $TASK: this cell has ${#MODELS[@]} models (${MODELS[*]}); use --array=0-$(( ${#MODELS[@]} - 1 ))" >&2
     exit 2
 fi
@@ -53,14 +77,17 @@ fi
 NNODES=${SLURM_JOB_NUM_NODES:-1}
 NPROC_PER_NODE=${NPROC_PER_NODE:-${SLURM_GPUS_ON_NODE:-1}}
 MASTER_ADDR=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-localhost}" 2>/dev/null | head -n 1 || echo localhost)
-MASTER_PORT=${MASTER_PORT:-$(( 20000 + ${SLURM_JOB_ID:-0} % 20000 ))}
+MASTER_PORT=${MASTER_PORT:-$(( 20000 + 10#${SLURM_JOB_ID:-0} % 20000 ))}
 SHUTDOWN_TIMEOUT=${SHUTDOWN_TIMEOUT:-110}
 
-# shellcheck disable=SC2206  # RGPT_OVERRIDES is a space-separated list on purpose
+# ${A[@]+"${A[@]}"}: an empty array under set -u (bash < 4.4 calls "${A[@]}" unbound)
+EXTRA_OVERRIDES=() EXTRA_SRUN_ARGS=()
+split_words EXTRA_OVERRIDES "${RGPT_OVERRIDES:-}"
+split_words EXTRA_SRUN_ARGS "${SRUN_ARGS:-}"
 # the batch shell requeues (below), so the trainer must not as well
-OVERRIDES=("log.run_dir=$RUN_DIR" "checkpoint.requeue=false" ${RGPT_OVERRIDES:-})
-# shellcheck disable=SC2206,SC2054  # SRUN_ARGS splits on purpose; the commas are in --signals-to-handle
-CMD=(srun --kill-on-bad-exit=1 --ntasks-per-node=1 --nodes="$NNODES" ${SRUN_ARGS:-}
+OVERRIDES=("log.run_dir=$RUN_DIR" "checkpoint.requeue=false" ${EXTRA_OVERRIDES[@]+"${EXTRA_OVERRIDES[@]}"})
+# shellcheck disable=SC2054  # the commas are in --signals-to-handle
+CMD=(srun --kill-on-bad-exit=1 --ntasks-per-node=1 --nodes="$NNODES" ${EXTRA_SRUN_ARGS[@]+"${EXTRA_SRUN_ARGS[@]}"}
      "$RGPT_PYTHON" -m torch.distributed.run
      --nnodes="$NNODES" --nproc_per_node="$NPROC_PER_NODE"
      --rdzv_backend=c10d --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv_id="${SLURM_JOB_ID:-0}"

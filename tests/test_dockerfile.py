@@ -192,12 +192,100 @@ def test_entrypoint_is_executable_and_runs_what_it_is_given(tmp_path):
     assert done.stdout.strip() == f"{tmp_path}/rgpt-cache-{os.getuid()}/hf_home"
 
 
+def _entrypoint(tmp_path, *command, **env):
+    """Run the entrypoint with TMPDIR=tmp_path and HF_HOME unwritable (so it falls back to $TMPDIR)."""
+    base = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path), "HF_HOME": "/proc/rgpt-not-writable",
+            "TORCH_EXTENSIONS_DIR": "/proc/rgpt-not-writable-either", **env}
+    return subprocess.run([str(ENTRYPOINT), *command], env=base, capture_output=True, text=True)
+
+
+def test_the_cache_fallback_is_created_private(tmp_path):
+    done = _entrypoint(tmp_path, "bash", "-c", 'echo "$TORCH_EXTENSIONS_DIR"')
+    fallback = tmp_path / f"rgpt-cache-{os.getuid()}"
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"{fallback}/torch_extensions_dir"
+    assert fallback.stat().st_mode & 0o777 == 0o700 and fallback.stat().st_uid == os.getuid()
+    again = _entrypoint(tmp_path, "true")  # the next start reuses it
+    assert again.returncode == 0, again.stderr
+
+
+def _hostile_fallbacks(tmp_path):
+    """name -> a function pre-creating the fallback as another user (or a careless one) might."""
+    fallback = tmp_path / f"rgpt-cache-{os.getuid()}"
+
+    def world_writable():
+        fallback.mkdir()
+        fallback.chmod(0o777)
+
+    def group_writable():
+        fallback.mkdir()
+        fallback.chmod(0o770)
+
+    def sticky_world_writable():
+        fallback.mkdir()
+        fallback.chmod(0o1777)
+
+    def symlink_to_a_private_dir():
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        fallback.symlink_to(tmp_path / "elsewhere")
+
+    def a_file():
+        fallback.write_text("")
+
+    def someone_elses():
+        fallback.mkdir(mode=0o700)
+        os.chown(fallback, 65534, 65534)
+
+    cases = [world_writable, group_writable, sticky_world_writable, symlink_to_a_private_dir, a_file]
+    return cases + ([someone_elses] if os.geteuid() == 0 else [])  # only root can give a directory away
+
+
+@pytest.mark.parametrize("case", range(6), ids=["world-writable", "group-writable", "sticky-1777", "symlink", "a-file",
+                                                "another-owner"])
+def test_a_pre_created_cache_fallback_that_is_not_private_is_refused(case, tmp_path):
+    cases = _hostile_fallbacks(tmp_path)
+    if case >= len(cases):
+        pytest.skip("giving a directory to another user needs root")
+    cases[case]()
+    marker = tmp_path / "ran"
+    done = _entrypoint(tmp_path, "touch", str(marker))
+    assert done.returncode == 2 and not marker.exists(), "the command ran with a cache another user controls"
+    assert f"rgpt-entrypoint: {tmp_path}/rgpt-cache-{os.getuid()}" in done.stderr
+    assert "remove it or set TMPDIR to a private directory" in done.stderr
+    assert "is not private" in done.stderr or "is a symlink" in done.stderr
+
+
+def test_the_fallback_is_not_needed_when_every_cache_is_writable(tmp_path):
+    """The check runs only when a cache moves: a stale fallback stops nobody who does not use it."""
+    stale = tmp_path / f"rgpt-cache-{os.getuid()}"
+    stale.mkdir()
+    stale.chmod(0o777)
+    done = subprocess.run([str(ENTRYPOINT), "true"], capture_output=True, text=True,
+                          env={"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path), "HF_HOME": str(tmp_path / "hf")})
+    assert done.returncode == 0, done.stderr
+
+
+def _ignored() -> set[str]:
+    return {ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()
+            if ln.strip() and not ln.startswith("#")}
+
+
 def test_dockerignore_keeps_the_venv_out_and_the_copied_files_in():
-    ignored = {ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()
-               if ln.strip() and not ln.startswith("#")}
-    assert {".git", ".venv", "/data", "/runs"} <= ignored
+    ignored = _ignored()
+    assert {".git", ".venv", "/data", "/runs", "/logs", "/exports", "/eval", "/gpu_out", "**/wandb"} <= ignored
     for needed in ("constraints.txt", "pyproject.toml", "README.md", "docker", "launcher", "configs", "rgpt_dist"):
         assert needed not in ignored and f"/{needed}" not in ignored
+
+
+def test_every_local_output_directory_git_ignores_stays_out_of_the_image():
+    """.gitignore's top-level outputs (/runs/, /exports/, /logs/* ...) are .dockerignore's too: a new
+    output directory added to one and not the other would be copied into the image."""
+    ignored = _ignored()
+    for line in (ROOT / ".gitignore").read_text().splitlines():
+        line = line.strip()
+        if line.startswith("/") and not line.startswith("!"):
+            top = "/" + line.strip("/").split("/")[0]
+            assert top in ignored, f"{line} is git-ignored but not docker-ignored"
 
 
 def test_docs_name_the_same_base_image():

@@ -15,6 +15,9 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import math
+import os
+import stat
 import types
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Union, get_args, get_origin, get_type_hints
@@ -134,9 +137,30 @@ def from_dict(cls: type[Section], data: dict[str, Any], path: str = "") -> Secti
 
 
 def out_of_bounds(path: str, op: str, limit: float, **values: float) -> list[str]:
-    """One message per value failing `value <op> limit` (op: '>' or '>='), e.g. 'train.lr=0.0 must be > 0'."""
-    ok = {">": lambda v: v > limit, ">=": lambda v: v >= limit}[op]
-    return [f"{path}.{k}={v!r} must be {op} {limit}" for k, v in values.items() if not ok(v)]
+    """One message per value failing `value <op> limit` (op: '>', '>=', '<' or '<='), e.g.
+    'train.lr=0.0 must be > 0'. A non-finite float (nan, inf) fails every bound: 'must be finite'."""
+    ok = {">": lambda v: v > limit, ">=": lambda v: v >= limit, "<": lambda v: v < limit,
+          "<=": lambda v: v <= limit}[op]
+    out = []
+    for k, v in values.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            out.append(f"{path}.{k}={v!r} must be finite")
+        elif not ok(v):
+            out.append(f"{path}.{k}={v!r} must be {op} {limit}")
+    return out
+
+
+def nonfinite_fields(section: Section, path: str) -> list[str]:
+    """'PATH.FIELD=nan must be finite' for every float field (nested sections included) holding
+    nan or +-inf: no size, rate or scale of this project may be non-finite, bounded or not."""
+    out = []
+    for f in dataclasses.fields(section):
+        value, where = getattr(section, f.name), f"{path}.{f.name}" if path else f.name
+        if isinstance(value, Section):
+            out += nonfinite_fields(value, where)
+        elif isinstance(value, float) and not math.isfinite(value):
+            out.append(f"{where}={value!r} must be finite")
+    return out
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -147,7 +171,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not key or any(not part for part in key.split(".")):
         raise ConfigError(f"override {text!r} has an empty key")
     try:
-        value = yaml.safe_load(raw) if raw != "" else ""
+        value = load_yaml(raw) if raw != "" else ""
     except yaml.YAMLError as e:
         raise ConfigError(f"override {text!r}: value is not valid YAML ({e.problem})") from None
     return key.split("."), value
@@ -168,15 +192,75 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return merged
 
 
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    """A YAML file holding one mapping; errors name the file."""
-    path = Path(path)
+MAX_CONFIG_BYTES = 16 << 20
+"""A config file larger than this (16 MiB) is refused: configs are a few kilobytes, and the bound
+keeps a device or endless file (/dev/zero) from being read whole."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key repeated in one mapping is an error: YAML keeps the
+    last value silently, so a duplicated section would drop the first one's settings unseen."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` may be overridden
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the base class reports it
+                    continue
+                seen[key] = line
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r} on line {line} (first on line {first}): YAML "
+                        f"would keep only the last one", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str) -> Any:
+    """yaml.safe_load with duplicate keys refused (at any level); raises yaml.YAMLError."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
+def _read_text(path: Path) -> str:
+    """The file's text; every way of not being a readable UTF-8 text file is a ConfigError naming it."""
     try:
-        data = yaml.safe_load(path.read_text())
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block, a device never end
+            kind = "a directory" if path.is_dir() else "not a regular file"
+            raise ConfigError(f"config file {path} is {kind}, not a YAML file")
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
+    except OSError as e:
+        raise ConfigError(f"config file {path} cannot be read: {e.strerror or e}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {path} is larger than {MAX_CONFIG_BYTES >> 20} MiB: not a config")
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise ConfigError(f"config file {path} is binary (a NUL byte at offset {nul}), not YAML")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ConfigError(f"config file {path} is not UTF-8 text (line {line}, byte {e.start}: "
+                          f"{data[e.start:e.start + 1]!r})") from None
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A YAML file holding one mapping; errors name the file (and the line, where YAML gives one)."""
+    path = Path(path)
+    text = _read_text(path)
+    try:
+        data = load_yaml(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {path} is nested too deeply") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -203,5 +287,5 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-__all__ = ["ConfigError", "Section", "from_dict", "out_of_bounds", "parse_override", "apply_overrides", "read_yaml",
-           "field_docs"]
+__all__ = ["ConfigError", "Section", "from_dict", "out_of_bounds", "nonfinite_fields", "parse_override",
+           "apply_overrides", "load_yaml", "read_yaml", "field_docs"]

@@ -7,9 +7,10 @@ from typing import Any
 
 import yaml
 
-from rgpt_dist.config.base import ConfigError, Section, apply_overrides, from_dict, parse_override, read_yaml
+from rgpt_dist.config.base import (ConfigError, Section, apply_overrides, from_dict, nonfinite_fields, parse_override,
+                                   read_yaml)
 from rgpt_dist.config.flavours import FLAVOURS, flavour
-from rgpt_dist.config.model import ModelConfig
+from rgpt_dist.config.model import MAX_BLOCKS, ModelConfig
 from rgpt_dist.config.run import CheckpointConfig, DataConfig, EvalConfig, LogConfig, ParallelConfig
 from rgpt_dist.config.train import TrainConfig
 
@@ -34,13 +35,32 @@ class Config(Section):
     """Run directory, metrics and wandb."""
 
     def problems(self, path: str = "") -> list[str]:
+        """Every problem of every section and between sections: the one validation place. Each
+        section bounds its own fields (the bounds are in the field docstrings); here are added the
+        non-finite floats of any section (family fields included) and the model's block count."""
         out = []
         for name in ("model", "train", "data", "parallel", "checkpoint", "eval", "log"):
             out += getattr(self, name).problems(name)
+            out += nonfinite_fields(getattr(self, name), name)
         out += self._tensor_parallel_problems()
+        out += self._block_count_problems()
         if self.train.seq_len > self.model.block_size:
             out.append(f"train.seq_len={self.train.seq_len} exceeds model.block_size={self.model.block_size}")
-        return out
+        return list(dict.fromkeys(out))  # a value failing two bounds (inf) is reported once
+
+    def _block_count_problems(self) -> list[str]:
+        """At most MAX_BLOCKS unique transformer blocks, whatever fields the family counts them in
+        (gpt2: n_layer; looped families: n_pre + n_rec + n_coda)."""
+        from rgpt_dist.models.spec import spec_for
+
+        try:
+            spec = spec_for(self.model)
+            blocks = spec.unique_blocks(self.model)
+        except (ValueError, TypeError, AttributeError):  # an unknown family: its own check reports it
+            return []
+        if isinstance(blocks, int) and blocks > MAX_BLOCKS:
+            return [f"model: {blocks} transformer blocks ({spec.layout(self.model)}) exceed the bound of {MAX_BLOCKS}"]
+        return []
 
     def _tensor_parallel_problems(self) -> list[str]:
         """Every split dimension must divide by parallel.tp_size."""
@@ -133,6 +153,14 @@ def _split_model_overrides(overrides: list[str] | tuple[str, ...]) -> tuple[list
     return model, rest
 
 
+def _exists(source: str | Path) -> bool:
+    """Path.exists, with a name the OS refuses (too long) reported as a ConfigError, not raised."""
+    try:
+        return Path(source).exists()
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"config {str(source)[:200]!r} cannot be looked up: {e}") from None
+
+
 def load_config(source: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Build and validate a Config.
 
@@ -147,7 +175,7 @@ def load_config(source: str | Path | None = None, overrides: list[str] | tuple[s
     if source is not None:
         if str(source) in FLAVOURS:
             data, where = {"model": str(source)}, "the named config"
-        elif Path(source).suffix in (".yaml", ".yml") or Path(source).exists():
+        elif Path(source).suffix in (".yaml", ".yml") or _exists(source):
             data, where = read_yaml(source), Path(source).name
             if "family" in data:  # a model-section file such as configs/models/gpt2-small.yaml
                 data = {"model": data}

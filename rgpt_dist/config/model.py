@@ -7,32 +7,44 @@ from typing import ClassVar
 
 from rgpt_dist.config.base import Section, out_of_bounds
 
+# Upper bounds on sizes: generous, but finite, so that a typo (d_model=2^20: a 50k x 1M embedding
+# alone is 200 GB) fails at validation, naming the value, instead of as an allocation failure later.
+MAX_VOCAB = 2**20
+MAX_PAD_MULTIPLE = 2**16
+MAX_BLOCK_SIZE = 2**20
+MAX_WIDTH = 2**16
+MAX_BLOCKS = 1024
+"""Transformer blocks a model may hold (checked for every family, e.g. gpt2's n_layer, in
+Config.problems) and the bound of each of n_pre, n_rec, n_coda and n_loops."""
+
 
 @dataclasses.dataclass
 class ModelConfig(Section):
-    """Fields shared by every transformer family; `family` selects the concrete class."""
+    """Fields shared by every transformer family; `family` selects the concrete class. Every family
+    holds at most MAX_BLOCKS (1024) unique transformer blocks (Config.problems checks it)."""
 
     variant_key: ClassVar[str] = "family"
 
     family: str = ""
     """Model family: the name of a registered family (rgpt_dist.models.<family>/, see docs/families.md)."""
     vocab_size: int = 50257
-    """Tokenizer vocabulary size (GPT-2 BPE: 50,257 with <|endoftext|> = 50256)."""
+    """Tokenizer vocabulary size (GPT-2 BPE: 50,257 with <|endoftext|> = 50256); 1 <= vocab_size <= 2^20."""
     pad_vocab_multiple: int = 1
     """Embedding/LM-head rows are vocab_size rounded up to this multiple (64 or 128 speeds up the
-    head on GPUs and makes the vocabulary divisible by the tensor-parallel size); 1 = no padding."""
+    head on GPUs and makes the vocabulary divisible by the tensor-parallel size); 1 = no padding;
+    1 <= pad_vocab_multiple <= 2^16."""
     block_size: int = 1024
-    """Maximum sequence length: rows of the learned position embedding."""
+    """Maximum sequence length: rows of the learned position embedding; 1 <= block_size <= 2^20."""
     d_model: int = 768
-    """Residual stream width d."""
+    """Residual stream width d; 1 <= d_model <= 2^16 (65,536)."""
     n_head: int = 12
-    """Attention heads; d_model must be divisible by it."""
+    """Attention heads; d_model must be divisible by it (so 1 <= n_head <= d_model)."""
     bias: bool = True
     """Biases in linear layers and LayerNorms (GPT-2 has them)."""
     ln_eps: float = 1e-5
-    """LayerNorm epsilon."""
+    """LayerNorm epsilon; finite, > 0."""
     init_std: float = 0.02
-    """Standard deviation of the normal init of linear and embedding weights (GPT-2: 0.02)."""
+    """Standard deviation of the normal init of linear and embedding weights (GPT-2: 0.02); finite, > 0."""
 
     @classmethod
     def variants(cls) -> dict[str, type[Section]]:
@@ -54,6 +66,10 @@ class ModelConfig(Section):
         out = out_of_bounds(path, ">", 0, vocab_size=self.vocab_size, block_size=self.block_size, d_model=self.d_model,
                         n_head=self.n_head, ln_eps=self.ln_eps, init_std=self.init_std)
         out += out_of_bounds(path, ">=", 1, pad_vocab_multiple=self.pad_vocab_multiple)
+        out += out_of_bounds(path, "<=", MAX_VOCAB, vocab_size=self.vocab_size)
+        out += out_of_bounds(path, "<=", MAX_PAD_MULTIPLE, pad_vocab_multiple=self.pad_vocab_multiple)
+        out += out_of_bounds(path, "<=", MAX_BLOCK_SIZE, block_size=self.block_size)
+        out += out_of_bounds(path, "<=", MAX_WIDTH, d_model=self.d_model)
         if self.n_head > 0 and self.d_model % self.n_head:
             out.append(f"{path}.d_model={self.d_model} is not divisible by {path}.n_head={self.n_head}")
         return out
@@ -65,14 +81,14 @@ class LoopedConfig(ModelConfig):
     n_pre blocks once, n_rec shared blocks applied r times, n_coda blocks once, final LN, tied head."""
 
     n_pre: int = 1
-    """Prelude blocks, applied once."""
+    """Prelude blocks, applied once; 0 <= n_pre <= 1024."""
     n_rec: int = 1
-    """Blocks of the shared core, applied r times with the same weights."""
+    """Blocks of the shared core, applied r times with the same weights; 1 <= n_rec <= 1024."""
     n_coda: int = 1
-    """Coda blocks, applied once to the final state."""
+    """Coda blocks, applied once to the final state; 0 <= n_coda <= 1024."""
     n_loops: int = 10
     """R: the recurrence depth of training (its maximum or mean, as the family's sampler says) and the
-    default depth at evaluation."""
+    default depth at evaluation; 1 <= n_loops <= 1024."""
 
     def problems(self, path: str) -> list[str]:
         out = super().problems(path)
@@ -80,4 +96,6 @@ class LoopedConfig(ModelConfig):
         out += out_of_bounds(path, ">=", 0, n_pre=self.n_pre, n_coda=self.n_coda)
         if self.n_loops < 1:
             out.append(f"{path}.n_loops={self.n_loops} must be >= 1 (R is the recurrence depth)")
+        out += out_of_bounds(path, "<=", MAX_BLOCKS, n_pre=self.n_pre, n_rec=self.n_rec, n_coda=self.n_coda,
+                             n_loops=self.n_loops)
         return out

@@ -6,6 +6,8 @@ from typing import Literal
 
 from rgpt_dist.config.base import Section, out_of_bounds
 
+MAX_WORKERS = 256
+
 
 @dataclasses.dataclass
 class DataConfig(Section):
@@ -23,15 +25,18 @@ class DataConfig(Section):
     """Fixes streaming's global sample order independently of the number of ranks (resumption on
     another world size relies on it staying the same)."""
     num_workers: int = 0
-    """Loader worker processes per rank (0: load in the training process)."""
+    """Loader worker processes per rank (0: load in the training process); 0 <= num_workers <= 256
+    (each is a process: more cannot be useful, and a typo would fork that many per rank)."""
     cache_dir: str = ""
-    """Local cache for remote URIs (default /tmp/rgpt-streaming-cache)."""
+    """Local cache for remote URIs (default: a private per-user directory, $TMPDIR/rgpt-cache-UID/streaming;
+    a directory given here must be this user's, mode 0700)."""
 
     def problems(self, path: str) -> list[str]:
         out = []
         if not self.paths:
             out.append(f"{path}.paths is empty: give at least one rgpt-prep output")
         out += out_of_bounds(path, ">=", 1, num_canonical_nodes=self.num_canonical_nodes)
+        out += out_of_bounds(path, "<=", MAX_WORKERS, num_workers=self.num_workers)
         return out + out_of_bounds(path, ">=", 0, num_workers=self.num_workers)
 
 
@@ -74,6 +79,10 @@ class CheckpointConfig(Section):
     requeue: bool = True
     """On SIGUSR1/SIGTERM every rank finishes the current step, the step is saved and the run stops;
     under SLURM, also `scontrol requeue` the job so that it resumes from that checkpoint."""
+    trust_pickle: bool = False
+    """UNSAFE. Resume from checkpoint files that need full unpickling (code the file names runs on
+    load). Off: such a file is refused with its name. Only for checkpoints you wrote yourself with an
+    older DeepSpeed whose records are not on rgpt_dist.safe_load's allow-list (docs/security.md)."""
 
     def problems(self, path: str) -> list[str]:
         return out_of_bounds(path, ">=", 1, every_steps=self.every_steps, keep_last=self.keep_last)

@@ -12,6 +12,8 @@ import sys
 import types
 from pathlib import Path
 
+import numpy as np
+
 
 def import_streaming():
     """`import streaming`, working around an unusable torchvision; returns the module."""
@@ -40,6 +42,52 @@ def mds_writer(out: str | Path, n_tokens: int, shard_mb: float, compression: str
     streaming = import_streaming()
     return streaming.MDSWriter(out=str(out), columns=token_column(n_tokens),
                                size_limit=int(shard_mb * 2**20), compression=compression)
+
+
+def read_token_samples(split_dir: str | Path, limit: int, scratch: str | Path) -> list[np.ndarray]:
+    """The first `limit` samples of a split in file order, each (seq_len + 1,) uint16, without a
+    process group or shared memory (evaluation). The index is checked first
+    (rgpt_dist.data.index); compressed shards are decompressed into `scratch` (a private directory),
+    never into the dataset, and must decompress to their recorded size."""
+    from rgpt_dist.data.index import DatasetError, check_split
+
+    import_streaming()
+    from streaming.base.compression import decompress
+    from streaming.base.format.mds.reader import MDSReader
+
+    split_dir, out = Path(split_dir), []
+    for i, info in enumerate(check_split(split_dir)):
+        if len(out) >= limit:
+            break
+        reader, where = MDSReader.from_json(str(split_dir), "", info), f"{split_dir / 'index.json'} shard {i}"
+        if info["compression"] is not None:
+            raw = decompress(info["compression"], (split_dir / info["zip_data"]["basename"]).read_bytes())
+            if len(raw) != info["raw_data"]["bytes"]:
+                raise DatasetError(f"{where}: decompresses to {len(raw)} bytes, not {info['raw_data']['bytes']}")
+            local = Path(scratch) / f"shard{i}.mds"
+            local.write_bytes(raw)
+            reader = MDSReader.from_json(str(scratch), "", {**info, "raw_data": {**info["raw_data"], "basename": local.name}})
+        _check_sample_count(reader, info["samples"], where)
+        n_tokens = info["column_sizes"][0] // 2
+        for j in range(min(info["samples"], limit - len(out))):
+            try:
+                tokens = np.asarray(reader.get_item(j)["tokens"])
+            except (ValueError, IndexError, OverflowError) as e:  # offsets past the file, a truncated sample
+                raise DatasetError(f"{where}: sample {j} unreadable ({e})") from None
+            if tokens.shape != (n_tokens,):
+                raise DatasetError(f"{where}: sample {j} holds {tokens.size} tokens, not {n_tokens}")
+            out.append(tokens)
+    return out
+
+
+def _check_sample_count(reader, samples: int, where: str) -> None:
+    """The shard file's own sample count (its first uint32) is the index's."""
+    from rgpt_dist.data.index import DatasetError
+
+    with open(Path(reader.dirname, reader.split, reader.raw_data.basename), "rb") as fh:
+        head = fh.read(4)
+    if len(head) != 4 or int(np.frombuffer(head, np.uint32)[0]) != samples:
+        raise DatasetError(f"{where}: the shard file does not hold the {samples} samples the index records")
 
 
 def merge_split_index(split_dir: str | Path, part_names: list[str]) -> None:

@@ -4,12 +4,13 @@ Each sample is seq_len + 1 uint16 tokens; the dataset returns (inputs, targets) 
 by one. Ranks read disjoint samples (streaming partitions by the RANK / WORLD_SIZE / LOCAL_WORLD_SIZE
 environment that torchrun and deepspeed set); the loader's `state_dict()` / `load_state_dict()`
 resume mid-epoch exactly. What holds when resuming on a different number of ranks is documented in
-docs/data.md.
+docs/data.md. Every index is checked before a shard is read (rgpt_dist.data.index: token columns only,
+shard names inside the split directory); remote datasets are cached in a private per-user directory
+(rgpt_dist.data.cache).
 """
 from __future__ import annotations
 
 import glob
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,21 @@ from typing import Any
 import numpy as np
 import torch
 
+from rgpt_dist.data.cache import cache_dir as private_cache
+from rgpt_dist.data.index import DatasetError, check_split
 from rgpt_dist.data.mds import import_streaming
 
 streaming = import_streaming()
+
+
+class SafeStream(streaming.Stream):
+    """A Stream whose index (downloaded, for a remote one) is checked before any shard is fetched,
+    decompressed or read."""
+
+    def get_shards(self, world, allow_unsafe_types: bool):  # type: ignore[override]
+        shards = super().get_shards(world, allow_unsafe_types=False)  # reads index.json only
+        check_split(Path(self.local) / (self.split or ""), local=self.remote is None)
+        return shards
 
 
 class TokenDataset(streaming.StreamingDataset):
@@ -31,18 +44,19 @@ class TokenDataset(streaming.StreamingDataset):
 
 
 def _stream(root: str, split: str, cache_dir: str | None) -> Any:
-    """A local dataset directory, or a remote URI (s3://, gs://, ...) cached under cache_dir."""
+    """A local dataset directory, or a remote URI (s3://, gs://, ...) cached in a private directory
+    (cache_dir, or a per-user one under the temp directory)."""
     if "://" in root:
-        local = os.path.join(cache_dir or "/tmp/rgpt-streaming-cache", root.replace("://", "/"), split)
-        return streaming.Stream(remote=f"{root.rstrip('/')}/{split}", local=local)
+        if ".." in Path(root.split("://", 1)[1]).parts:
+            raise DatasetError(f"{root}: a dataset URI with `..` would be cached outside the cache directory")
+        local = private_cache("streaming", cache_dir) / root.replace("://", "/") / split
+        return SafeStream(remote=f"{root.rstrip('/')}/{split}", local=str(local))
     path = Path(root) / split
-    if not (path / "index.json").is_file():
-        raise FileNotFoundError(f"{path} has no index.json: not an rgpt-prep dataset split")
-    shards = json.loads((path / "index.json").read_text())["shards"]
+    shards = check_split(path)
     if not sum(s["samples"] for s in shards):
-        raise ValueError(f"{path} holds no samples (too little text for one sample, or val_fraction 0); "
-                         f"see {Path(root) / 'manifest.json'}")
-    return streaming.Stream(local=str(path))
+        raise DatasetError(f"{path} holds no samples (too little text for one sample, or val_fraction 0); "
+                           f"see {Path(root) / 'manifest.json'}")
+    return SafeStream(local=str(path))
 
 
 def token_dataset(roots: str | list[str], split: str = "train", *, batch_size: int, shuffle: bool = True,

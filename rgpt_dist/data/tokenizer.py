@@ -24,6 +24,8 @@ from pathlib import Path
 import tiktoken
 from tiktoken.load import load_tiktoken_bpe
 
+from rgpt_dist.durable import atomic_write_bytes
+
 GPT2_VOCAB_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 EOT_TOKEN = 50256
 N_VOCAB = 50257
@@ -109,7 +111,5 @@ def fetch_vocab(dest_dir: str | Path | None = None) -> Path:
             data = tar.extractfile(member).read()
     if hashlib.sha256(data).hexdigest() != GPT2_VOCAB_SHA256:
         raise VocabularyUnavailable(f"gpt2.tiktoken from {WHISPER_SDIST} fails the sha256 check")
-    tmp_path = dest.with_suffix(f".tmp{os.getpid()}")
-    tmp_path.write_bytes(data)
-    os.replace(tmp_path, dest)
+    atomic_write_bytes(dest, data)
     return dest

@@ -11,32 +11,32 @@ from __future__ import annotations
 import csv
 import json
 import math
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from rgpt_dist.data.mds import import_streaming
+from rgpt_dist.data.index import DatasetError
+from rgpt_dist.data.mds import read_token_samples
 from rgpt_dist.flops import executed_forward_flops, forward_flops, head_flops
 from rgpt_dist.models.spec import spec_for
 
 
 def val_batches(paths: list[str], split: str, batch_size: int, max_batches: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The first max_batches x batch_size samples of `split` in file order (no shuffling, no
-    process group): (inputs, targets), each (batch_size, seq_len)."""
-    streaming = import_streaming()
+    process group): (inputs, targets), each (batch_size, seq_len). Indexes are checked before any
+    shard is read; compressed shards are decompressed into a private temporary directory."""
     samples: list[np.ndarray] = []
-    for root in paths:
-        split_dir = Path(root) / split
-        if not (split_dir / "index.json").is_file():
-            raise FileNotFoundError(f"{split_dir} has no index.json: not an rgpt-prep dataset split")
-        ds = streaming.LocalDataset(local=str(split_dir))
-        for i in range(min(len(ds), batch_size * max_batches - len(samples))):
-            samples.append(np.asarray(ds[i]["tokens"], dtype=np.int64))
+    with tempfile.TemporaryDirectory(prefix="rgpt-eval-") as scratch:  # created 0700
+        for root in paths:
+            samples += read_token_samples(Path(root) / split, batch_size * max_batches - len(samples), scratch)
+    if len({len(s) for s in samples}) > 1:
+        raise DatasetError(f"{paths}: datasets of different sequence lengths ({sorted({len(s) - 1 for s in samples})})")
     n = len(samples) // batch_size * batch_size
     if n == 0:
         raise ValueError(f"split {split!r} of {paths} has fewer than batch_size={batch_size} samples")
-    tokens = torch.from_numpy(np.stack(samples[:n]))                     # (n, seq_len + 1)
+    tokens = torch.from_numpy(np.stack(samples[:n]).astype(np.int64))    # (n, seq_len + 1)
     return [(b[:, :-1], b[:, 1:]) for b in tokens.split(batch_size)]
 
 

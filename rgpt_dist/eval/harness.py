@@ -2,7 +2,7 @@
 Table 2), offline, plus an independent multiple-choice accuracy computation to check it against.
 
 - `run_lm_eval(hf_dir, tasks)`: `lm_eval.simple_evaluate` on an `rgpt-export` Hugging Face directory
-  (model "hf", `trust_remote_code=True`); the bundled tasks (`TASKS_DIR`, e.g. `rgpt_example`) are always
+  (model "hf"; remote code only as rgpt_dist.export.remote_code's policy allows); the bundled tasks (`TASKS_DIR`, e.g. `rgpt_example`) are always
   on the include path. Returns the per-task metrics.
 - `depth_sweep(hf_dir, tasks, depths)`: the same at each inference depth R* of a RecurrentGPT export,
   passed as the `r_eval=R*` from_pretrained override in model_args.
@@ -107,15 +107,20 @@ def model_args_string(model_args: Mapping[str, Any]) -> str:
     return ",".join(f"{k}={v}" for k, v in model_args.items())
 
 
-def hf_model_args(hf_dir: str | Path, model_args_extra=None) -> dict[str, Any]:
+def hf_model_args(hf_dir: str | Path, model_args_extra=None, remote_code: str = "auto") -> dict[str, Any]:
+    """lm-eval's model_args for hf_dir; `trust_remote_code` as the `remote_code` policy decides
+    (rgpt_dist.export.remote_code: "auto", "never" or "trust")."""
+    from rgpt_dist.export.remote_code import trust_remote_code
+
     hf_dir = Path(hf_dir).expanduser().resolve()
     if not (hf_dir / "config.json").is_file():
         raise HarnessError(f"{hf_dir} is not a Hugging Face model directory (no config.json); "
                            f"`rgpt-export RUN OUT` writes one to OUT/hf")
-    args = {"pretrained": str(hf_dir), "trust_remote_code": True}
     extra = parse_model_args(model_args_extra)
-    if "pretrained" in extra:
-        raise HarnessError("model_args_extra must not set `pretrained`: pass the directory as hf_dir")
+    if "pretrained" in extra or "trust_remote_code" in extra:
+        raise HarnessError("model_args_extra must not set `pretrained` (pass the directory as hf_dir) or "
+                           "`trust_remote_code` (pass remote_code='auto'|'never'|'trust')")
+    args = {"pretrained": str(hf_dir), "trust_remote_code": trust_remote_code(hf_dir, remote_code)}
     args.update(extra)
     return args
 
@@ -125,9 +130,9 @@ def run_lm_eval(hf_dir: str | Path, tasks: str | Sequence[str] = (EXAMPLE_TASK,)
                 model_args_extra: str | Mapping[str, Any] | None = None, batch_size: int | str = 1,
                 limit: int | float | None = None, device: str = "cpu", num_fewshot: int | None = None,
                 log_samples: bool = False, bootstrap_iters: int = 100000,
-                task_manager=None) -> dict[str, Any]:
-    """lm-eval's "hf" model on the exported directory `hf_dir` (`trust_remote_code=True` plus
-    `model_args_extra`, e.g. {"r_eval": 4} or "r_eval=4,kv_strategy=last") on `tasks`.
+                task_manager=None, remote_code: str = "auto") -> dict[str, Any]:
+    """lm-eval's "hf" model on the exported directory `hf_dir` (remote code as the `remote_code`
+    policy allows, plus `model_args_extra`, e.g. {"r_eval": 4} or "r_eval=4,kv_strategy=last") on `tasks`.
 
     Returns {"model_dir", "model_args" (dict), "model_args_str" (for `lm_eval --model_args`),
     "r_eval" (model_args' r_eval or None), "tasks": {task: {"acc": .., "acc_stderr": .., "acc_norm": ..,
@@ -136,7 +141,7 @@ def run_lm_eval(hf_dir: str | Path, tasks: str | Sequence[str] = (EXAMPLE_TASK,)
     batch_size=1 (default) reproduces own_accuracy bitwise; larger is faster but rounds differently."""
     import lm_eval
 
-    model_args = hf_model_args(hf_dir, model_args_extra)
+    model_args = hf_model_args(hf_dir, model_args_extra, remote_code)
     task_names = _task_list(tasks)
     tm = task_manager if task_manager is not None else make_task_manager(task_names, include_path)
     out = lm_eval.simple_evaluate(

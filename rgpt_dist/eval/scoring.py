@@ -98,16 +98,16 @@ def _hf_max_length(config, tokenizer, default: int = 2048) -> int:
     return default
 
 
-def load_hf_scorer(hf_dir: str | Path, model_args_extra=None, device: str = "cpu"):
+def load_hf_scorer(hf_dir: str | Path, model_args_extra=None, device: str = "cpu", remote_code: str = "auto"):
     """(logits_fn, transformers tokenizer, max_length) for an exported directory, loaded as lm-eval
-    loads it: AutoModelForCausalLM, trust_remote_code, dtype from the config, extra from_pretrained
-    overrides such as r_eval."""
+    loads it: AutoModelForCausalLM, trust_remote_code as the `remote_code` policy allows, dtype from
+    the config, extra from_pretrained overrides such as r_eval."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    args = hf_model_args(hf_dir, model_args_extra)
+    args = hf_model_args(hf_dir, model_args_extra, remote_code)
     path = args.pop("pretrained")
-    trust = bool(args.pop("trust_remote_code", True))
+    trust = bool(args.pop("trust_remote_code"))
     args.setdefault("dtype", "auto")
     tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust)
     model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=trust, **args).to(device).eval()
@@ -122,7 +122,7 @@ def load_hf_scorer(hf_dir: str | Path, model_args_extra=None, device: str = "cpu
 def own_accuracy(model: str | Path | Callable, task_data: str | Path | Sequence[Mapping] = EXAMPLE_TASK, *,
                  tokenizer=None, target_delimiter: str = " ", max_length: int | None = None,
                  prefix_token_id: int | None = None, model_args_extra=None, limit: int | None = None,
-                 device: str = "cpu") -> dict[str, Any]:
+                 device: str = "cpu", remote_code: str = "auto") -> dict[str, Any]:
     """Zero-shot multiple-choice accuracy computed here, independently of lm-eval's code, the way
     lm-eval scores a causal model (see the module docstring).
 
@@ -143,7 +143,7 @@ def own_accuracy(model: str | Path | Callable, task_data: str | Path | Sequence[
             from rgpt_dist.data.tokenizer import EOT_TOKEN
             prefix_token_id = EOT_TOKEN
     else:
-        logits_fn, tok, hf_max = load_hf_scorer(model, model_args_extra, device)
+        logits_fn, tok, hf_max = load_hf_scorer(model, model_args_extra, device, remote_code)
         encode = _encoder(tokenizer if tokenizer is not None else tok)
         max_length = hf_max if max_length is None else max_length
         if prefix_token_id is None:

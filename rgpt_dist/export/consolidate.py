@@ -7,6 +7,11 @@ a flat shard of the fp32 master weights. Consolidation takes the fp32 masters wh
 DeepSpeed's own zero_to_fp32 reader, one tensor-parallel rank at a time, since that reader assumes a
 single model-parallel rank) and the module weights otherwise, then merges the tp shards with the
 layout the model definition requests (rgpt_dist.parallel.reshard).
+
+Nothing in a checkpoint runs code: every file is read with the restricted unpickler
+(rgpt_dist.safe_load; DeepSpeed's reader too), unless the caller passes trust=True. A checkpoint that
+cannot be read, or whose contents do not fit the model its config names, raises ExportError with the
+file and the reason.
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import torch
 
 from rgpt_dist.config import Config, from_dict
 from rgpt_dist.parallel.reshard import layout_for, merge_state_dicts
+from rgpt_dist.safe_load import UntrustedCheckpoint, load_pt, restricted_loads
 from rgpt_dist.train.checkpoint import TAG_PREFIX, verify
 
 
@@ -71,11 +77,14 @@ def _mp_files(tag_dir: Path, tp_rank: int, kind: str) -> list[Path]:
     return sorted(p for p in tag_dir.iterdir() if pattern.search(p.name))
 
 
-def _load(path: Path) -> dict:
-    return torch.load(path, map_location="cpu", weights_only=False)
+def _load(path: Path, trust: bool) -> dict:
+    state = load_pt(path, trust=trust)
+    if not isinstance(state, dict) or not isinstance(state.get("module"), dict):
+        raise ExportError(f"{path} is not a DeepSpeed model-states file (no `module` state dict)")
+    return state
 
 
-def _fp32_masters(tag_dir: Path, tp_rank: int) -> dict[str, torch.Tensor] | None:
+def _fp32_masters(tag_dir: Path, tp_rank: int, trust: bool) -> dict[str, torch.Tensor] | None:
     """DeepSpeed's zero_to_fp32 over this tensor-parallel rank's files only (it globs a directory,
     so they are linked into a private one); None when the checkpoint holds no ZeRO/bf16 partitions."""
     optim = _mp_files(tag_dir, tp_rank, "optim_states")
@@ -86,17 +95,18 @@ def _fp32_masters(tag_dir: Path, tp_rank: int) -> dict[str, torch.Tensor] | None
     with tempfile.TemporaryDirectory() as tmp:
         for f in optim + _mp_files(tag_dir, tp_rank, "model_states"):
             os.symlink(f.resolve(), Path(tmp) / f.name)
-        with contextlib.redirect_stdout(io.StringIO()):  # it prints progress
+        quiet = contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO())  # progress bars
+        with quiet[0], quiet[1], restricted_loads(zero_to_fp32, trust):
             state = zero_to_fp32._get_fp32_state_dict_from_zero_checkpoint(tmp, exclude_frozen_parameters=False)
         return {k: v.detach().float().clone() for k, v in zero_to_fp32.to_torch_tensor(state).items()}
 
 
-def _rank_state(tag_dir: Path, tp_rank: int) -> tuple[dict[str, torch.Tensor], dict, str]:
+def _rank_state(tag_dir: Path, tp_rank: int, trust: bool) -> tuple[dict[str, torch.Tensor], dict, str]:
     model_files = _mp_files(tag_dir, tp_rank, "model_states")
     if not model_files:
         raise ExportError(f"{tag_dir} has no model states for tensor-parallel rank {tp_rank}")
-    first = _load(model_files[0])
-    masters = _fp32_masters(tag_dir, tp_rank)
+    first = _load(model_files[0], trust)
+    masters = _fp32_masters(tag_dir, tp_rank, trust)
     if masters is not None:
         return masters, first, "fp32 master weights"
     module = {k: v.float() for k, v in first["module"].items()}
@@ -104,15 +114,27 @@ def _rank_state(tag_dir: Path, tp_rank: int) -> tuple[dict[str, torch.Tensor], d
     return module, first, f"module weights ({', '.join(dtypes)})"
 
 
-def consolidate(path: str | Path) -> Consolidated:
-    """The newest complete checkpoint under `path` as a full fp32 state dict for the tp = 1 model."""
+def consolidate(path: str | Path, trust: bool = False) -> Consolidated:
+    """The newest complete checkpoint under `path` as a full fp32 state dict for the tp = 1 model.
+    trust=True (UNSAFE) lets files that need full unpickling load."""
     tag_dir = find_tag_dir(path)
-    state, client, source = _rank_state(tag_dir, 0)
-    if "config" not in client:
+    try:
+        return _consolidate(tag_dir, trust)
+    except ExportError:
+        raise
+    except UntrustedCheckpoint as e:
+        raise ExportError(str(e)) from None
+    except Exception as e:  # verified files whose contents are not what their names say (crafted, or a bug)
+        raise ExportError(f"{tag_dir}: cannot consolidate ({type(e).__name__}: {str(e)[:300]})") from None
+
+
+def _consolidate(tag_dir: Path, trust: bool) -> Consolidated:
+    state, client, source = _rank_state(tag_dir, 0, trust)
+    if not isinstance(client.get("config"), dict):
         raise ExportError(f"{tag_dir} holds no run config (not written by rgpt-dist's trainer?)")
     cfg = from_dict(Config, client["config"])
     tp = cfg.parallel.tp_size
-    shards = [state] + [_rank_state(tag_dir, t)[0] for t in range(1, tp)]
+    shards = [state] + [_rank_state(tag_dir, t, trust)[0] for t in range(1, tp)]
     layout = layout_for(cfg.model)
     unknown = sorted(set(shards[0]) - set(layout))
     if unknown:
@@ -121,6 +143,19 @@ def consolidate(path: str | Path) -> Consolidated:
         full = merge_state_dicts(shards, layout) if tp > 1 else {k: shards[0][k] for k in layout}
     except KeyError as e:
         raise ExportError(f"{tag_dir} lacks parameters of the {cfg.model.family} model: {e}") from None
+    _check_shapes(full, cfg, tag_dir)
     stage = cfg.parallel.zero_stage
     return Consolidated(full, cfg, int(client.get("step", 0)), tag_dir,
                         f"{source} (ZeRO-{stage}, tp={tp}, {cfg.parallel.dtype})")
+
+
+def _check_shapes(full: dict[str, torch.Tensor], cfg: Config, tag_dir: Path) -> None:
+    """Every tensor has the shape the config's model gives it (built on the meta device: no memory)."""
+    from rgpt_dist.registry import build_model
+
+    with torch.device("meta"):
+        expected = build_model(cfg.model).state_dict()
+    bad = [f"{k}: {tuple(v.shape)} != {tuple(expected[k].shape)}" for k, v in full.items()
+           if k in expected and (not isinstance(v, torch.Tensor) or v.shape != expected[k].shape)]
+    if bad:
+        raise ExportError(f"{tag_dir}: parameters do not fit the {cfg.model.family} model: {'; '.join(bad[:3])}")

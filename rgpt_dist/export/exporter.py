@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from rgpt_dist.durable import swap_dir
 from rgpt_dist.export.consolidate import ExportError, consolidate
 from rgpt_dist.export.native import write_native
 from rgpt_dist.export.tokenizer_files import write_tokenizer
@@ -24,15 +25,17 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def export(checkpoint: str | Path, out: str | Path, *, overwrite: bool = False, dtype: str = "fp32",
-           inference: dict | None = None) -> Path:
+           inference: dict | None = None, trust: bool = False) -> Path:
     """Consolidate the newest complete checkpoint under `checkpoint` and write OUT (see module doc).
-    `inference`: settings the HF config carries for the family (RecurrentGPT: r_eval, kv_strategy)."""
+    `inference`: settings the HF config carries for the family (RecurrentGPT: r_eval, kv_strategy).
+    trust=True (UNSAFE) loads checkpoint files that need full unpickling. OUT is replaced (with
+    --overwrite) in one exchange: it always holds either the old export or the new one."""
     out = Path(out)
     if out.exists() and not overwrite:
         raise ExportError(f"{out} exists: pass --overwrite to replace it")
     if dtype not in DTYPES:
         raise ExportError(f"dtype={dtype!r} is not one of {sorted(DTYPES)}")
-    c = consolidate(checkpoint)
+    c = consolidate(checkpoint, trust=trust)
     from rgpt_dist.registry import build_model
 
     with torch.device("meta"):  # shapes and names must match the model definition exactly
@@ -48,9 +51,7 @@ def export(checkpoint: str | Path, out: str | Path, *, overwrite: bool = False, 
                                           **(inference or {}))
         write_tokenizer(tmp / "hf", model_max_length=c.config.model.block_size)
         (tmp / "export.json").write_text(json.dumps({**meta, "dtype": dtype, "inference": inference or {}}, indent=2))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
+        swap_dir(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out

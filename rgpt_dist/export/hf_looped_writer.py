@@ -73,7 +73,16 @@ def write_hf_looped(state_dict: dict[str, torch.Tensor], cfg: LoopedConfig, out_
         tensors[f"model.{name}"] = (t.to(dtype) if t.is_floating_point() else t).clone(memory_format=torch.contiguous_format)
     save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     config.save_pretrained(out_dir)
-    for name in CODE_FILES:
-        shutil.copyfile(HF_CODE_DIR / name, out_dir / name)
-    ship(spec.model, spec.config, out_dir)
+    write_code(cfg.family, out_dir)
     return out_dir
+
+
+def write_code(family: str, out_dir: Path) -> list[str]:
+    """The Python files of a `family` export (adapter + shipped native modules) into out_dir; returns
+    their names. rgpt_dist.export.remote_code regenerates them to recognise an export's code as ours."""
+    from rgpt_dist.models.spec import families
+
+    spec = families()[family]
+    for name in CODE_FILES:
+        shutil.copyfile(HF_CODE_DIR / name, Path(out_dir) / name)
+    return sorted({*CODE_FILES, *ship(spec.model, spec.config, Path(out_dir))})

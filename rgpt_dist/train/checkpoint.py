@@ -1,18 +1,22 @@
-"""Checkpoints that are complete or invisible.
+"""Checkpoints that are complete or invisible, and loaded without running code.
 
 A checkpoint is the directory DIR/step_NNNNNNNN written by DeepSpeed (model, optimizer, scheduler,
 client state: step, tokens, loader state, resolved config) plus one RNG file per rank. It becomes
 visible only after every rank has finished writing: rank 0 then records a sha256 of every file in
-`checksums.json` and points DIR/latest at it, each written atomically (temp file + rename). On start
-the newest checkpoint whose checksums verify is loaded; incomplete or corrupted ones are skipped with
-a warning. Only the last `keep_last` complete checkpoints are kept.
+`checksums.json` and points DIR/latest at it, each written atomically and durably (temp file, fsync,
+rename, fsync of the directory). On start the newest checkpoint that verifies (every file listed,
+every listed file present and matching, nothing else in the directory) is loaded; incomplete or
+corrupted ones are skipped with a warning. Only the last `keep_last` complete checkpoints are kept.
+
+Checkpoints are read through `SafeCheckpointEngine`: DeepSpeed's files are unpickled with torch's
+restricted loader (rgpt_dist.safe_load), so a shared or downloaded run directory cannot run code.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
+import stat
 import warnings
 from pathlib import Path
 from typing import Any
@@ -20,13 +24,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from rgpt_dist.durable import atomic_write_text, fsync_tree
+from rgpt_dist.safe_load import UntrustedCheckpoint, load_pt, scan_pt
+
 TAG_PREFIX = "step_"
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+RECORD = "checksums.json"
 
 
 def _sha256(path: Path) -> str:
@@ -37,25 +39,78 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _entries(tag_dir: Path) -> tuple[dict[str, Path], list[str]]:
+    """(relative name -> path of every regular file except the record, names of anything else:
+    links, devices, FIFOs). Links are never followed: a checkpoint cannot point outside itself."""
+    files, odd = {}, []
+    for p in sorted(tag_dir.rglob("*")):
+        mode = p.lstat().st_mode
+        name = p.relative_to(tag_dir).as_posix()
+        if stat.S_ISREG(mode):
+            if name != RECORD:
+                files[name] = p
+        elif not stat.S_ISDIR(mode):
+            odd.append(name)
+    return files, odd
+
+
 def _checksums(tag_dir: Path) -> dict[str, str]:
-    return {str(p.relative_to(tag_dir)): _sha256(p) for p in sorted(tag_dir.rglob("*"))
-            if p.is_file() and p.name != "checksums.json"}
+    return {name: _sha256(p) for name, p in _entries(tag_dir)[0].items()}
+
+
+def _read_record(record: Path) -> dict[str, str] | None:
+    try:
+        expected = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(expected, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in expected.items())
+    return expected if ok else None
 
 
 def verify(tag_dir: Path) -> str | None:
-    """None when the checkpoint is complete and intact, else why not."""
-    record = tag_dir / "checksums.json"
-    if not record.exists():
-        return "incomplete (no checksums.json: the writer did not finish)"
-    expected = json.loads(record.read_text())
-    actual = _checksums(tag_dir)
-    bad = sorted(k for k in expected if actual.get(k) != expected[k])
-    return f"corrupted ({', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''} fail the checksum)" if bad else None
+    """None when the checkpoint is complete and intact, else why not. Complete means: the record
+    lists every file in the directory, each listed file exists and matches its sha256, and the
+    directory holds nothing but regular files (an empty or partial record does not verify)."""
+    record = tag_dir / RECORD
+    if not record.is_file() or record.is_symlink():
+        return f"incomplete (no {RECORD}: the writer did not finish)"
+    expected = _read_record(record)
+    if expected is None:
+        return f"corrupted ({RECORD} is not a JSON object of file name -> sha256)"
+    files, odd = _entries(tag_dir)
+    if odd:
+        return f"corrupted ({', '.join(odd[:3])}: not a regular file)"
+    problems = [f"{k} missing" for k in sorted(set(expected) - set(files))]
+    problems += [f"{k} not listed" for k in sorted(set(files) - set(expected))]
+    if not expected:
+        problems.append(f"{RECORD} lists no files")
+    if not problems:
+        problems = [f"{k} fails the checksum" for k in sorted(files) if _sha256(files[k]) != expected[k]]
+    return f"corrupted ({', '.join(problems[:3])}{' ...' if len(problems) > 3 else ''})" if problems else None
+
+
+def safe_checkpoint_engine(engine, trust: bool):
+    """Swap the DeepSpeed engine's checkpoint engine for one whose loads are restricted (the writer
+    is untouched). DeepSpeed reads model, optimizer and ZeRO partition files through it."""
+    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
+
+    current = engine.checkpoint_engine
+    if type(current) is not TorchCheckpointEngine:  # a decoupled/async engine would need its own wrapper
+        raise RuntimeError(f"unexpected DeepSpeed checkpoint engine {type(current).__name__}")
+
+    class SafeCheckpointEngine(TorchCheckpointEngine):
+        def load(self, path: str, map_location=None):
+            return load_pt(path, trust=trust, map_location=map_location)
+
+    safe = SafeCheckpointEngine.__new__(SafeCheckpointEngine)
+    safe.__dict__.update(current.__dict__)
+    engine.checkpoint_engine = safe
+    return safe
 
 
 class CheckpointManager:
-    def __init__(self, directory: str | Path, keep_last: int, rank: int):
-        self.dir, self.keep_last, self.rank = Path(directory), keep_last, rank
+    def __init__(self, directory: str | Path, keep_last: int, rank: int, trust: bool = False):
+        self.dir, self.keep_last, self.rank, self.trust = Path(directory), keep_last, rank, trust
 
     def tags(self) -> list[Path]:
         """Checkpoint directories, newest first."""
@@ -75,36 +130,44 @@ class CheckpointManager:
         torch.save({"torch": torch.get_rng_state()}, tag_dir / f"rng_rank{self.rank:05d}.pt")
         dist.barrier()  # every rank has written its files
         if self.rank == 0:
-            _atomic_write(tag_dir / "checksums.json", json.dumps(_checksums(tag_dir), indent=1, sort_keys=True))
-            _atomic_write(self.dir / "latest", tag)
+            fsync_tree(tag_dir)  # the files are on disk before the record says they are complete
+            atomic_write_text(tag_dir / RECORD, json.dumps(_checksums(tag_dir), indent=1, sort_keys=True))
+            atomic_write_text(self.dir / "latest", tag)
             self._prune()
         dist.barrier()
         return tag_dir
 
     def _prune(self) -> None:
-        complete = [t for t in self.tags() if (t / "checksums.json").exists()]
+        complete = [t for t in self.tags() if (t / RECORD).exists()]
         for old in complete[self.keep_last:]:
             shutil.rmtree(old, ignore_errors=True)
 
     def newest_valid(self) -> str | None:
-        """Rank 0 picks the newest verified checkpoint (warning about every one it skips); all ranks
-        receive the same answer."""
-        choice = [None]
+        """Rank 0 picks the newest verified checkpoint (warning about every one it skips) and checks
+        that its files load without code (else every rank raises UntrustedCheckpoint with the file's
+        name: a tampered checkpoint stops the run instead of being skipped); all ranks receive the
+        same answer."""
+        choice = [None, None]
         if self.rank == 0:
             for tag_dir in self.tags():
                 problem = verify(tag_dir)
                 if problem is None:
-                    choice[0] = tag_dir.name
+                    refusals = [] if self.trust else [r for p in sorted(tag_dir.glob("*.pt")) if (r := scan_pt(p))]
+                    choice = [tag_dir.name, refusals[0] if refusals else None]
                     break
                 warnings.warn(f"skipping checkpoint {tag_dir}: {problem}", stacklevel=2)
         dist.broadcast_object_list(choice, src=0)
+        if choice[1] is not None:
+            raise UntrustedCheckpoint(choice[1])
         return choice[0]
 
     def load(self, engine, tag: str) -> dict[str, Any]:
-        """Collective: restore engine state and this rank's RNG; returns the client state."""
+        """Collective: restore engine state and this rank's RNG; returns the client state. Every file
+        is read with the restricted unpickler (UntrustedCheckpoint names a file that asks for more)."""
+        safe_checkpoint_engine(engine, self.trust)
         _, client_state = engine.load_checkpoint(str(self.dir), tag=tag, load_optimizer_states=True,
                                                  load_lr_scheduler_states=True)
         rng_file = self.dir / tag / f"rng_rank{self.rank:05d}.pt"
         if rng_file.exists():
-            torch.set_rng_state(torch.load(rng_file)["torch"])
+            torch.set_rng_state(load_pt(rng_file, trust=self.trust)["torch"])
         return client_state

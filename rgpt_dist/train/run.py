@@ -2,21 +2,27 @@
 data, checkpoints, metrics, then the loop."""
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import torch
 
 from rgpt_dist.config.experiment import Config
 from rgpt_dist.data.streaming import token_dataset, token_loader
+from rgpt_dist.durable import atomic_write_text
 from rgpt_dist.parallel.checkpointing import apply_activation_checkpointing
 from rgpt_dist.parallel.dims import ParallelDims
 from rgpt_dist.parallel.zero import init_distributed, init_engine
 from rgpt_dist.registry import build_model
+from rgpt_dist.safe_load import UntrustedCheckpoint
 from rgpt_dist.train.checkpoint import CheckpointManager
 from rgpt_dist.train.metrics import MetricsSink
 from rgpt_dist.train.optim import make_optimizer, make_scheduler
 from rgpt_dist.train.preemption import EXIT_PREEMPTED, StopRequested, requeue_slurm_job
 from rgpt_dist.train.trainer import Trainer
+
+EXIT_REFUSED = 2  # like a bad config: nothing ran, nothing was written
 
 
 def _loaders(cfg: Config, dims: ParallelDims):
@@ -50,13 +56,17 @@ def shard_model(full: torch.nn.Module, cfg: Config, dims: ParallelDims) -> torch
 
 def train(cfg: Config) -> int:
     """Run (or resume) training; returns the process exit status: 0 when train.max_steps is reached,
-    EXIT_PREEMPTED when stopped on a signal after saving (requeued under SLURM)."""
+    EXIT_PREEMPTED when stopped on a signal after saving (requeued under SLURM), EXIT_REFUSED when
+    the checkpoint to resume from would run code on loading."""
     stop = StopRequested()  # before anything slow: a signal during start-up stops after step one
+    # checkpoints and exports record where the data is; a relative path found in one is resolved
+    # against that checkpoint or export (never a reader's current directory), so record absolute ones
+    cfg.data.paths = [p if "://" in p else os.path.abspath(p) for p in cfg.data.paths]
     dims = init_distributed(cfg)
     run_dir = Path(cfg.log.run_dir)
     if dims.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(cfg.to_yaml())
+        atomic_write_text(run_dir / "config.yaml", cfg.to_yaml())
     model = build_model(cfg.model, seed=cfg.train.seed)
     if dims.tp > 1:
         model = shard_model(model, cfg, dims)
@@ -64,11 +74,17 @@ def train(cfg: Config) -> int:
     optimizer = make_optimizer(model, cfg.train)
     engine = init_engine(model, optimizer, make_scheduler(optimizer, cfg.train), cfg, dims)
     train_loader, val_batches = _loaders(cfg, dims)
-    ckpt = CheckpointManager(cfg.checkpoint.dir or run_dir / "checkpoints", cfg.checkpoint.keep_last, dims.rank)
+    ckpt = CheckpointManager(cfg.checkpoint.dir or run_dir / "checkpoints", cfg.checkpoint.keep_last, dims.rank,
+                             trust=cfg.checkpoint.trust_pickle)
     sink = MetricsSink(cfg, dims.is_main)
     trainer = Trainer(cfg, dims, engine, optimizer, train_loader, val_batches, ckpt, sink, stop)
     try:
-        trainer.resume()
+        try:
+            trainer.resume()
+        except UntrustedCheckpoint as e:  # every rank raises it together (CheckpointManager.newest_valid)
+            if dims.is_main:
+                print(f"train: {e}", file=sys.stderr, flush=True)
+            return EXIT_REFUSED
         finished = trainer.fit()
     finally:
         sink.close()

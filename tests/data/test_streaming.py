@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from data_prep.cli import main as prep
+from rgpt_dist.data.index import DatasetError
 from tests.helpers.dist import torchrun
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +43,7 @@ def test_single_process_loader_shapes_and_shift(dataset):
     x, y = next(iter(token_loader(ds, batch_size=3)))
     assert x.shape == y.shape == (3, 16) and str(x.dtype) == "torch.int64"
     assert (x[:, 1:] == y[:, :-1]).all()
-    with pytest.raises(FileNotFoundError, match="not an rgpt-prep dataset split"):
+    with pytest.raises(DatasetError, match="not an rgpt-prep dataset split"):
         token_dataset(dataset, "test", batch_size=1)
 
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from rgpt_dist.config import GPT2Config, RecurrentGPTConfig
+from rgpt_dist.data.index import DatasetError
 from rgpt_dist.eval.early_exit import early_exit_curve, val_batches
 from rgpt_dist.flops import forward_flops, head_flops
 from rgpt_dist.registry import build_model
@@ -76,7 +77,7 @@ def test_val_batches_read_the_split_in_order(export_dir):
     assert all(torch.equal(x[:, 1:], y[:, :-1]) for x, y in batches)
     again = val_batches([str(data)], "val", 4, 3)
     assert all(torch.equal(a[0], b[0]) for a, b in zip(batches, again))
-    with pytest.raises(FileNotFoundError, match="index.json"):
+    with pytest.raises(DatasetError, match="no index.json"):
         val_batches([str(data)], "nosuchsplit", 4, 1)
 
 

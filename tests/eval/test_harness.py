@@ -95,7 +95,7 @@ def test_run_lm_eval_equals_own_accuracy(dense_runs):
     result, own = dense_runs
     metrics = result["tasks"][EXAMPLE_TASK]
     assert set(METRICS) | {"acc_stderr", "acc_norm_stderr", "n"} <= set(metrics)
-    assert result["model_args"]["trust_remote_code"] is True and result["r_eval"] is None
+    assert result["model_args"]["trust_remote_code"] is False and result["r_eval"] is None
     assert_same_as_lm_eval(metrics, result["samples"][EXAMPLE_TASK], own)
     # the data are scored as lm-eval builds requests: " " + choice after the question, and a question's
     # trailing whitespace is part of the question string lm-eval passes (moved to the continuation later)

@@ -58,3 +58,37 @@ def test_run_dir_that_is_a_file_and_messages_only_on_rank_0(data_dir, tmp_path, 
     monkeypatch.setenv("RANK", "0")
     assert main(["configs/experiments/quickstart.yaml", *args]) == 2
     assert "exists and is not a directory" in capsys.readouterr().err
+
+
+def _bad_files(tmp_path):
+    """(config path, message) for config files that are not readable YAML mappings."""
+    binary, latin, dup, directory = (tmp_path / n for n in ("bin.yaml", "latin.yaml", "dup.yaml", "dir.yaml"))
+    binary.write_bytes(b"\x7fELF\x00\x01" * 64)
+    latin.write_bytes(b"log:\n  name: caf\xe9\n")
+    dup.write_text("model: recurrentgpt-debug\ntrain:\n  seed: 3\ntrain:\n  max_steps: 4\n")
+    directory.mkdir()
+    return [(binary, f"config file {binary} is binary"), (latin, f"config file {latin} is not UTF-8 text (line 2"),
+            (dup, "duplicate key 'train' on line 4 (first on line 2)"), (directory, f"config file {directory} is a directory")]
+
+
+def test_unreadable_config_files_exit_2_naming_the_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("RANK", "0")
+    for path, message in _bad_files(tmp_path):
+        assert main([str(path), f"log.run_dir={tmp_path / 'run'}"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("train: invalid config:") and message in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_absurd_sizes_exit_2_before_anything_starts(data_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("RANK", "0")
+    args = [*BASE, f"data.paths=[{data_dir}]", f"log.run_dir={tmp_path / 'run'}", "model.d_model=1048576",
+            "train.lr=.inf", "model.block_size=2000000"]
+    assert main(["configs/experiments/quickstart.yaml", *args]) == 2
+    err = capsys.readouterr().err
+    for message in ("model.d_model=1048576 must be <= 65536", "train.lr=inf must be finite",
+                    "model.block_size=2000000 must be <= 1048576"):
+        assert message in err
+    assert not (tmp_path / "run").exists()

@@ -2,6 +2,7 @@
 array task has its configs at both budgets, and the command a task runs (RGPT_DRY_RUN=1)."""
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -70,3 +71,41 @@ def test_dry_run_composes_srun_torchrun_and_the_config():
 def test_bad_task_or_budget_is_refused(env, task, message):
     done = dry_run(ROOT / "slurm" / "small_isoflops.sh", task, **env)
     assert done.returncode == 2 and message in done.stderr
+
+
+@pytest.mark.parametrize("var", ["SLURM_ARRAY_TASK_ID", "SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID"])
+@pytest.mark.parametrize("value", ["MODELS[$(touch {marker})]", "PATH[`touch {marker}`]", "a[$(touch {marker})]",
+                                   "1+1", "-1", "08x", " 3", "12345678901"])
+def test_crafted_slurm_ids_run_nothing_and_are_refused(var, value, tmp_path):
+    """bash evaluates a variable's value inside (( )) as an expression: 'MODELS[$(cmd)]' (any set
+    variable's name: set -u stops an unset one first) runs cmd. (An empty id counts as unset: task 0,
+    job 0, not an array job.)"""
+    marker = tmp_path / "marker"
+    done = dry_run(ROOT / "slurm" / "small_isoflops.sh", 1, **{var: value.format(marker=marker)})
+    assert not marker.exists(), "the crafted id ran a command"
+    assert done.returncode == 2 and f"slurm/common.sh: {var}=" in done.stderr
+    assert "is not a decimal job or task id" in done.stderr and "srun" not in done.stdout
+
+
+def test_a_leading_zero_task_id_is_decimal():
+    done = dry_run(ROOT / "slurm" / "small_isoflops.sh", 0, SLURM_ARRAY_TASK_ID="08")
+    assert done.returncode == 2 and "array task 8: this cell has 4 models" in done.stderr
+    done = dry_run(ROOT / "slurm" / "small_isoflops.sh", 0, SLURM_ARRAY_TASK_ID="01", SLURM_JOB_ID="0099")
+    assert done.returncode == 0 and "recurrentgpt-small-isoflops-20k.yaml" in done.stdout
+    assert "--rdzv_endpoint=localhost:20099" in done.stdout
+
+
+def test_overrides_are_words_passed_literally_never_globbed(tmp_path):
+    """RGPT_OVERRIDES with `*`, `?` and `[...]` in a directory where they would match files: each
+    word reaches the trainer as written (printf %q of the command shows the argument boundaries)."""
+    for name in ("train.seed=1", "train.seed=2", "aXb"):
+        (tmp_path / name).write_text("")
+    overrides = "train.seed=* data.paths=[/d/*,/e/?] a?b\n  log.name=$(id)"
+    env = {**os.environ, "RGPT_DRY_RUN": "1", "SLURM_ARRAY_TASK_ID": "1", "SLURM_JOB_ID": "7",
+           "SLURM_SUBMIT_DIR": str(ROOT), "RGPT_OVERRIDES": overrides, "SRUN_ARGS": "--export=* --x=[ab]"}
+    done = subprocess.run(["bash", str(ROOT / "slurm" / "small_isoflops.sh")], capture_output=True, text=True,
+                          env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    words = shlex.split(done.stdout.splitlines()[-1])
+    assert words[-5:] == ["checkpoint.requeue=false", "train.seed=*", "data.paths=[/d/*,/e/?]", "a?b", "log.name=$(id)"]
+    assert words[1:6] == ["--kill-on-bad-exit=1", "--ntasks-per-node=1", "--nodes=1", "--export=*", "--x=[ab]"]

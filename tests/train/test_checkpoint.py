@@ -1,9 +1,12 @@
 import json
 
 import pytest
+import torch
 import torch.distributed as dist
 
+from rgpt_dist.safe_load import UntrustedCheckpoint
 from rgpt_dist.train.checkpoint import CheckpointManager, _checksums, verify
+from tests.helpers.hostile import poison_pt, rewrite_checksums
 
 
 @pytest.fixture
@@ -16,8 +19,8 @@ def single_rank_group(tmp_path):
 def fake_checkpoint(root, step, complete=True):
     tag = root / f"step_{step:08d}"
     tag.mkdir(parents=True)
-    (tag / "model.pt").write_bytes(bytes([step % 256]) * 1000)
-    (tag / "optim.pt").write_bytes(b"optimizer state" * 10)
+    torch.save({"module": {"w": torch.full((250,), float(step))}}, tag / "model.pt")
+    torch.save({"optimizer_state_dict": {"step": step}}, tag / "optim.pt")
     if complete:
         (tag / "checksums.json").write_text(json.dumps(_checksums(tag)))
     return tag
@@ -31,6 +34,36 @@ def test_verify_detects_incomplete_and_corrupted(tmp_path):
     with open(bad / "model.pt", "r+b") as f:
         f.write(b"\xff")
     assert "corrupted (model.pt" in verify(bad)
+
+
+def test_verify_requires_every_file_listed_and_nothing_else(tmp_path):
+    """An emptied record, an unlisted or missing file, or a link in the directory is corrupted."""
+    tag = fake_checkpoint(tmp_path, 10)
+    (tag / "checksums.json").write_text("{}")
+    assert "lists no files" in verify(tag) and "model.pt not listed" in verify(tag)
+    rewrite_checksums(tag)
+    (tag / "extra.pt").write_bytes(b"x")
+    assert "extra.pt not listed" in verify(tag)
+    (tag / "extra.pt").unlink()
+    (tag / "optim.pt").unlink()
+    assert "optim.pt missing" in verify(tag)
+    (tag / "optim.pt").symlink_to(tag / "model.pt")
+    assert "optim.pt: not a regular file" in verify(tag)
+    for junk in ("[1, 2]", "not json", '{"model.pt": 3}'):
+        (tag / "checksums.json").write_text(junk)
+        assert "is not a JSON object" in verify(tag)
+
+
+def test_a_verified_checkpoint_that_would_run_code_stops_the_resume(tmp_path, single_rank_group):
+    """A tampered checkpoint (payload added, checksums recomputed) is refused by name, not skipped."""
+    fake_checkpoint(tmp_path, 10)
+    tag = fake_checkpoint(tmp_path, 20)
+    poison_pt(tag / "optim.pt", tmp_path / "fired")
+    rewrite_checksums(tag)
+    with pytest.raises(UntrustedCheckpoint, match=r"step_00000020/optim.pt: refusing to load"):
+        CheckpointManager(tmp_path, keep_last=3, rank=0).newest_valid()
+    assert CheckpointManager(tmp_path, keep_last=3, rank=0, trust=True).newest_valid() == "step_00000020"
+    assert not (tmp_path / "fired").exists()
 
 
 def test_newest_valid_skips_torn_and_corrupted_checkpoints(tmp_path, single_rank_group):
