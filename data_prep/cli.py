@@ -5,12 +5,30 @@
     rgpt-prep shards/ 'more/**/*.parquet' --out data/mix --val-fraction 0.01 --overwrite
     rgpt-prep --fetch-vocab                                                # get the GPT-2 vocabulary offline
 
-Inputs are files, directories (walked; recognised extensions only) and globs of plain text (one
-document per file), JSONL (one document per line, field --text-field) and Parquet (column
---text-field, read in record batches); text and JSONL may be .gz or .zst compressed. The word
-`python-stdlib` names the local CPython standard library sources. Problems in the input are
-reported with file and line, counted in OUT/manifest.json, and never stop the run; the exit code is
-1 only when no valid document was read, 2 for usage errors or an existing output without --overwrite.
+Inputs are files, directories (walked; recognised extensions only; links to directories inside them
+not followed) and globs of plain text (one document per file), JSONL (one document per line, field
+--text-field) and Parquet (column --text-field: string, large_string, string_view or
+dictionary-encoded strings; read in record batches); text and JSONL may be .gz or .zst compressed.
+The word `python-stdlib` names the local CPython standard library sources.
+
+Contract. A problem in the input never stops the run: it is reported on stderr as `file:line: reason`
+(`file: reason` when it concerns a whole file; the first 20 are printed) and counted by reason in
+OUT/manifest.json (`skipped`, or `warnings` for kept input). Skipped, and counted: inputs that do not
+exist, globs matching nothing, duplicates (same path or same content), unsupported names, anything
+that is not a regular file (FIFO, socket, device, also through a link: never opened), unreadable
+files and directories, empty and binary files; JSONL lines that are malformed, nested too deeply or
+otherwise unparseable, not objects, without the field or with a non-string or empty one, or holding
+a lone surrogate escape (`"\\ud800"`); documents or lines over --max-doc-mb (a long line is skipped
+while it streams past, never held in memory); Parquet files without the column or with a non-string
+one, null values; compressed files that turn out corrupt (the documents before the damage are kept).
+Invalid UTF-8 is repaired (U+FFFD) and counted as a warning.
+
+Exit codes: 0 the dataset was written; 1 nothing to write: no valid document was read, or the valid
+ones make less than one sample of seq_len + 1 tokens (the reason is printed, nothing is left behind);
+2 usage errors: bad options, no input, a missing vocabulary, an --out that is '.', '..', '/', a file,
+a link or under a file, an existing non-empty OUT without --overwrite or (with it) one that is not an
+rgpt-prep dataset, and an existing OUT.partial (or .OUT.old) that rgpt-prep did not make: rgpt-prep
+never deletes a directory it cannot prove it created, and names it instead.
 """
 from __future__ import annotations
 
@@ -25,7 +43,7 @@ from rgpt_dist.data.tokenizer import VocabularyUnavailable, fetch_vocab
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rgpt-prep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("inputs", nargs="*", help="files, directories, globs, or python-stdlib")
-    p.add_argument("--out", type=Path, help="output dataset directory (created; must not exist or be empty)")
+    p.add_argument("--out", type=Path, help="output dataset directory (created; must not exist or be empty, or be an rgpt-prep dataset replaced with --overwrite)")
     p.add_argument("--seq-len", type=int, default=1024, help="tokens per training sequence; samples hold seq_len + 1 (default 1024)")
     p.add_argument("--val-fraction", type=float, default=0.005, help="fraction of documents in the validation split, by content hash (default 0.005)")
     p.add_argument("--text-field", default="text", help="JSONL field / Parquet column holding the text (default text)")

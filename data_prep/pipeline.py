@@ -1,13 +1,13 @@
 """rgpt-prep's pipeline: documents -> GPT-2 tokens (+ <|endoftext|>) -> packed samples of seq_len + 1
 tokens -> MDS shards per split, with a manifest.
 
-Layout of OUT (built in OUT.partial, renamed into place only when complete):
+Layout of OUT (built in OUT.partial, swapped into place only when complete; see output.py):
     OUT/train/index.json, OUT/train/part-NNNNN/shard.*.mds     (same for val)
     OUT/manifest.json
 Inputs are grouped into parts of about `part_mb` of input bytes; a part is packed independently and
-becomes durable (OUT.partial/parts/part-NNNNN.json) when its shards are written, so an interrupted
-run resumes at the first incomplete part. The final partial sample of each part and split is
-dropped and its tokens are counted as the remainder. Output depends only on the inputs and the
+becomes durable (OUT.partial/parts/part-NNNNN.json, written once its shards are fsynced), so an
+interrupted run resumes at the first incomplete part. The final partial sample of each part and
+split is dropped and its tokens are counted as the remainder. Output depends only on the inputs and the
 options that shape it, never on the worker count.
 """
 from __future__ import annotations
@@ -17,7 +17,6 @@ import dataclasses
 import hashlib
 import json
 import multiprocessing as mp
-import os
 import shutil
 import sys
 import time
@@ -26,12 +25,14 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from data_prep.output import (FORMAT, OutputError, check_out, prepare_staging, publish, seal_part, staging_dir,
+                              write_json)
+from data_prep.readers import read_documents
 from data_prep.report import Report
-from data_prep.sources import InputFile, discover, read_documents
+from data_prep.sources import InputFile, discover
 from rgpt_dist.data.mds import mds_writer, merge_split_index
 from rgpt_dist.data.tokenizer import EOT_TOKEN, GPT2_VOCAB_SHA256, find_vocab, get_encoding
 
-FORMAT = "rgpt-dist/tokens-mds-v1"
 SPLITS = ("train", "val")
 BATCH_BYTES = 1 << 20  # documents are tokenized in batches of about 1 MiB of text
 
@@ -170,14 +171,9 @@ def write_part(index: int, files: list[InputFile], opts: PrepOptions, staging: P
         progress(sum(len(t) for t, _ in encoded), len(encoded), chars)
     for w in writers.values():
         w.finish()
+    seal_part(staging, SPLITS, name)
     return {"part": name, "files": [f.path for f in files], "per_file": per_file, "samples": samples,
             "remainder_tokens": {s: packers[s].count for s in SPLITS}, **report.to_dict()}
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
 
 
 class _Progress:
@@ -209,21 +205,6 @@ def _fingerprint(files: list[InputFile], opts: PrepOptions) -> str:
     return hashlib.sha256(json.dumps(plan, sort_keys=True).encode()).hexdigest()
 
 
-def _prepare_staging(staging: Path, fingerprint: str, resume: bool) -> None:
-    """Reuse an interrupted run's completed parts when it had the same inputs and options."""
-    plan_file = staging / "plan.json"
-    if staging.exists():
-        same = plan_file.exists() and json.loads(plan_file.read_text()).get("fingerprint") == fingerprint
-        if resume and same:
-            print(f"rgpt-prep: resuming the interrupted run in {staging}", file=sys.stderr)
-            return
-        why = "--no-resume" if same else "its inputs or options differ"
-        print(f"rgpt-prep: discarding the interrupted run in {staging} ({why})", file=sys.stderr)
-        shutil.rmtree(staging)
-    (staging / "parts").mkdir(parents=True)
-    _write_json(plan_file, {"fingerprint": fingerprint})
-
-
 def _manifest(files: list[InputFile], parts: list[dict], opts: PrepOptions, report: Report) -> dict:
     per_file = [pf for p in parts for pf in p["per_file"]]
     splits = {}
@@ -244,17 +225,20 @@ def _manifest(files: list[InputFile], parts: list[dict], opts: PrepOptions, repo
             "document_separator": "<|endoftext|> (50256) appended after every document",
             "remainder_policy": "each part's final partial sample per split is dropped; its tokens are "
                                 "counted in remainder_tokens (tokens = tokens_in_samples + remainder_tokens)",
-            "invalid_utf8_policy": "invalid bytes replaced by U+FFFD; the document is kept and a warning recorded",
+            "invalid_utf8_policy": "invalid bytes replaced by U+FFFD; the document is kept and a warning recorded; "
+                                   "a JSON string with a lone surrogate escape is skipped",
             "splits": splits, "inputs": inputs,
             "parts": [{"part": p["part"], "files": len(p["files"]), "samples": p["samples"]} for p in parts],
             **report.to_dict()}
 
 
 def run(opts: PrepOptions) -> int:
-    """Build the dataset; return the exit code (0 ok, 1 nothing valid read, 2 usage/output error)."""
+    """Build the dataset; return the exit code (0 ok, 1 nothing to write, 2 usage or output error)."""
     out = Path(opts.out)
-    if out.exists() and any(out.iterdir()) and not opts.overwrite:
-        print(f"rgpt-prep: output {out} exists and is not empty; pass --overwrite to replace it", file=sys.stderr)
+    try:
+        check_out(out, opts.overwrite)
+    except OutputError as e:
+        print(f"rgpt-prep: {e}", file=sys.stderr)
         return 2
     if find_vocab(opts.vocab) is None:
         get_encoding(opts.vocab)  # fail fast, with instructions, before any worker starts
@@ -262,59 +246,74 @@ def run(opts: PrepOptions) -> int:
     pool = mp.get_context("fork").Pool(opts.workers, _init_worker, (opts.vocab,)) if opts.workers > 1 else None
     if pool is None:
         _init_worker(opts.vocab)
-    report, parts, progress = Report(), [], _Progress(opts.progress)
+    report, progress, staging = Report(), _Progress(opts.progress), staging_dir(out)
     try:
         files = discover(opts.inputs, report)
-        staging = out.with_name(out.name + ".partial")
-        _prepare_staging(staging, _fingerprint(files, opts), opts.resume)
-        parts_plan = plan_parts(files, opts.part_mb * 2**20)
-        for i, part_files in enumerate(parts_plan):
-            record_file = staging / "parts" / f"part-{i:05d}.json"
-            if record_file.exists():
-                record = json.loads(record_file.read_text())
-            else:
-                for s in SPLITS:  # leftovers of the interrupted attempt at this part
-                    shutil.rmtree(staging / s / f"part-{i:05d}", ignore_errors=True)
-                part_report = Report(echo=report.echo, echoed=report.echoed)
-                record = write_part(i, part_files, opts, staging, pool, progress, part_report)
-                report.echoed = part_report.echoed
-                _write_json(record_file, record)
-            report.merge(record)
-            parts.append(record)
+        prepare_staging(staging, _fingerprint(files, opts), opts.resume)
+        parts = _write_parts(files, opts, staging, pool, progress, report)
+    except OutputError as e:
+        print(f"rgpt-prep: {e}", file=sys.stderr)
+        return 2
     finally:
         progress.close()
         if pool is not None:
             pool.terminate()
+    return _finish(files, parts, opts, staging, out, report)
+
+
+def _write_parts(files: list[InputFile], opts: PrepOptions, staging: Path, pool, progress,
+                 report: Report) -> list[dict]:
+    """Every part's record: read back when a previous attempt completed it, else written now."""
+    parts = []
+    for i, part_files in enumerate(plan_parts(files, opts.part_mb * 2**20)):
+        record_file = staging / "parts" / f"part-{i:05d}.json"
+        if record_file.exists():
+            record = json.loads(record_file.read_text())
+        else:
+            for s in SPLITS:  # leftovers of the interrupted attempt at this part
+                shutil.rmtree(staging / s / f"part-{i:05d}", ignore_errors=True)
+            part_report = Report(echo=report.echo, echoed=report.echoed)
+            record = write_part(i, part_files, opts, staging, pool, progress, part_report)
+            report.echoed = part_report.echoed
+            write_json(record_file, record)
+        report.merge(record)
+        parts.append(record)
+    return parts
+
+
+def _nothing_to_write(manifest: dict, opts: PrepOptions) -> str | None:
+    """Why the run produced no dataset (exit 1), or None."""
+    docs = sum(manifest["splits"][s]["documents"] for s in SPLITS)
+    tokens = sum(manifest["splits"][s]["tokens"] for s in SPLITS)
+    if not docs:
+        return "no valid document was read"
+    if not any(manifest["splits"][s]["samples"] for s in SPLITS):
+        return (f"{docs} documents, {tokens} tokens: fewer than one sample of seq_len+1 = {opts.seq_len + 1} "
+                f"tokens in any split of any part (each part's final partial sample is dropped); add text "
+                f"or lower --seq-len")
+    return None
+
+
+def _finish(files: list[InputFile], parts: list[dict], opts: PrepOptions, staging: Path, out: Path,
+            report: Report) -> int:
+    """Index, manifest, publish; or, when there is nothing to publish, remove the staging directory
+    (rgpt-prep's own: check_out proved it) and exit 1 with the reason."""
     manifest = _manifest(files, parts, opts, report)
-    if not any(manifest["splits"][s]["documents"] for s in SPLITS):
-        print("rgpt-prep: no valid document was read; nothing written", file=sys.stderr)
+    why = _nothing_to_write(manifest, opts)
+    if why is not None:
+        print(f"rgpt-prep: {why}; nothing written", file=sys.stderr)
         shutil.rmtree(staging)
         return 1
     for s in SPLITS:
         merge_split_index(staging / s, [p["part"] for p in parts])
         manifest["splits"][s]["shards"] = sorted(str(p.relative_to(staging)) for p in (staging / s).rglob("*.mds*"))
-    for s in SPLITS:
         if not manifest["splits"][s]["samples"]:
             print(f"rgpt-prep: warning: the {s} split has no complete sample (raise the corpus size or "
                   f"--val-fraction, or lower --seq-len)", file=sys.stderr)
-    _write_json(staging / "manifest.json", manifest)
-    shutil.rmtree(staging / "parts")
-    (staging / "plan.json").unlink()
-    _publish(staging, out)
+    write_json(staging / "manifest.json", manifest)
+    publish(staging, out)
     _summary(manifest, out)
     return 0
-
-
-def _publish(staging: Path, out: Path) -> None:
-    """Rename the finished dataset into place; an old one (with --overwrite) is removed afterwards."""
-    old = None
-    if out.exists():
-        old = out.with_name(out.name + ".old")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(out, old)
-    os.replace(staging, out)
-    if old is not None:
-        shutil.rmtree(old)
 
 
 def _summary(manifest: dict, out: Path) -> None:

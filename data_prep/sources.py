@@ -1,26 +1,20 @@
-"""Input discovery and document readers: plain text, JSONL, Parquet (and .gz/.zst variants of text
-and JSONL), plus the built-in `python-stdlib` corpus. Every problem goes to the Report with its file
-(and line); nothing raises past a file.
+"""Input discovery: command-line inputs -> the regular files to read, hashed, in a fixed order.
 
-Invalid UTF-8 policy: bytes that are not valid UTF-8 are replaced by U+FFFD (the document is kept and
-a warning is recorded), so decoding the shards reproduces the replaced text.
+Only regular files are ever read. A FIFO, socket or device (directly, through a symbolic link, in a
+walked directory or named on the command line) is reported and skipped without being opened: opening
+a FIFO with no writer blocks forever, and a device such as /dev/zero never ends. Every problem goes to
+the Report with its path; nothing raises past one input.
 """
 from __future__ import annotations
 
 import dataclasses
 import glob
-import gzip
 import hashlib
-import io
-import json
 import os
+import stat
 import sysconfig
 from pathlib import Path
-from typing import IO, Iterator
-
-import pyarrow as pa
-import pyarrow.parquet as pq
-import zstandard
+from typing import BinaryIO
 
 from data_prep.report import Report
 
@@ -31,7 +25,7 @@ TEXT_SUFFIXES = {".txt", ".md", ".rst", ".py", ".pyi", ".c", ".h", ".cc", ".cpp"
 JSONL_SUFFIXES = {".jsonl", ".ndjson"}
 PARQUET_SUFFIXES = {".parquet"}
 COMPRESSIONS = {".gz": "gz", ".zst": "zst", ".zstd": "zst"}
-BINARY_SNIFF = 8192
+NOT_REGULAR = "not a regular file"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +35,10 @@ class InputFile:
     compression: str | None  # None | gz | zst
     size: int
     sha256: str
+
+
+class NotRegularFile(OSError):
+    """A path that is (or became) something other than a regular file."""
 
 
 def classify(path: Path) -> tuple[str | None, str | None]:
@@ -59,10 +57,47 @@ def classify(path: Path) -> tuple[str | None, str | None]:
     return None, compression
 
 
+def file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device"), (stat.S_ISDIR, "directory")):
+        if test(mode):
+            return kind
+    return "special file"
+
+
+def open_regular(path: str | Path) -> BinaryIO:
+    """Open a regular file for reading, refusing anything else. Discovery already checked with stat;
+    this second check (fstat of the opened descriptor) covers a file replaced by a FIFO or a device
+    since. O_NONBLOCK makes that open itself return at once on a FIFO; it is cleared before reading."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(0, file_kind(mode), str(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def stdlib_files() -> list[Path]:
     """The local CPython standard library sources (site-packages excluded), one document per file."""
     root = Path(sysconfig.get_paths()["stdlib"])
     return sorted(p for p in root.rglob("*.py") if "site-packages" not in p.parts and "__pycache__" not in p.parts)
+
+
+def _walk(root: Path, report: Report) -> list[tuple[Path, bool]]:
+    """Every file under root, sorted. Links to directories are reported, not followed (they can form
+    cycles or leave the tree); unreadable directories are reported instead of silently missing."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root, onerror=lambda e: report.skip(
+            "unreadable directory", str(e.filename), detail=e.strerror or type(e).__name__)):
+        for d in [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            report.skip("symbolic link to a directory (not followed)", os.path.join(dirpath, d))
+        dirnames[:] = sorted(d for d in dirnames if not os.path.islink(os.path.join(dirpath, d)))
+        found += [(Path(dirpath) / f, False) for f in sorted(filenames)]
+    return found
 
 
 def _expand(spec: str, report: Report) -> list[tuple[Path, bool]]:
@@ -75,12 +110,8 @@ def _expand(spec: str, report: Report) -> list[tuple[Path, bool]]:
             report.skip("no file matches the pattern", spec)
         return [(Path(m), False) for m in matches if not Path(m).is_dir()]
     path = Path(spec)
-    if path.is_dir():
-        found = []
-        for dirpath, dirnames, filenames in os.walk(path):
-            dirnames.sort()
-            found += [(Path(dirpath) / f, False) for f in sorted(filenames)]
-        return found
+    if path.is_dir():  # followed even when it is a link: the user named it
+        return _walk(path, report)
     if path.exists() or path.is_symlink():
         return [(path, True)]
     report.skip("input does not exist", spec)
@@ -89,11 +120,24 @@ def _expand(spec: str, report: Report) -> list[tuple[Path, bool]]:
 
 def _hash(path: Path) -> tuple[int, str]:
     h, size = hashlib.sha256(), 0
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
             size += len(block)
     return size, h.hexdigest()
+
+
+def _regular(path: Path, report: Report) -> bool:
+    """Whether path (links followed) is a regular file; anything else is reported, never opened."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        report.skip("unreadable file", str(path), detail=e.strerror or type(e).__name__)
+        return False
+    if not stat.S_ISREG(mode):
+        report.skip(NOT_REGULAR, str(path), detail=file_kind(mode))
+        return False
+    return True
 
 
 def discover(specs: list[str], report: Report) -> list[InputFile]:
@@ -106,6 +150,8 @@ def discover(specs: list[str], report: Report) -> list[InputFile]:
                 report.skip("unsupported file type", str(path))
                 continue
             fmt = fmt or "text"  # a file named explicitly is read as text whatever its name
+            if not _regular(path, report):
+                continue
             real = os.path.realpath(path)
             if real in seen_paths:
                 report.skip("duplicate input (same file)", str(path))
@@ -113,8 +159,9 @@ def discover(specs: list[str], report: Report) -> list[InputFile]:
             seen_paths.add(real)
             try:
                 size, digest = _hash(path)
-            except OSError as e:
-                report.skip("unreadable file", str(path), detail=e.strerror or type(e).__name__)
+            except OSError as e:  # NotRegularFile: it changed since the stat above
+                reason = NOT_REGULAR if isinstance(e, NotRegularFile) else "unreadable file"
+                report.skip(reason, str(path), detail=e.strerror or type(e).__name__)
                 continue
             if digest in seen_hashes:
                 report.skip("duplicate input (same content)", str(path), detail=f"as {seen_hashes[digest]}")
@@ -122,104 +169,3 @@ def discover(specs: list[str], report: Report) -> list[InputFile]:
             seen_hashes[digest] = str(path)
             files.append(InputFile(str(path), fmt, compression, size, digest))
     return files
-
-
-def _open(f: InputFile) -> IO[bytes]:
-    if f.compression == "gz":
-        return gzip.open(f.path, "rb")
-    if f.compression == "zst":
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(f.path, "rb"), closefd=True))
-    return open(f.path, "rb")
-
-
-def _decode(data: bytes, f: InputFile, line: int | None, report: Report) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        report.warn("invalid UTF-8 (replaced with U+FFFD)", f.path, line)
-        return data.decode("utf-8", errors="replace")
-
-
-def _text_docs(f: InputFile, max_bytes: int, report: Report) -> Iterator[tuple[str, int | None]]:
-    with _open(f) as fh:
-        data = fh.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        report.skip("document too large", f.path, detail=f"over {max_bytes} bytes")
-    elif not data.strip():
-        report.skip("empty file", f.path)
-    elif b"\0" in data[:BINARY_SNIFF]:
-        report.skip("binary file", f.path)
-    else:
-        yield _decode(data, f, None, report), None
-
-
-def _jsonl_docs(f: InputFile, field: str, max_bytes: int, report: Report) -> Iterator[tuple[str, int | None]]:
-    with _open(f) as fh:
-        head = fh.peek(BINARY_SNIFF)[:BINARY_SNIFF] if hasattr(fh, "peek") else b""
-        if b"\0" in head:
-            report.skip("binary file", f.path)
-            return
-        n = 0
-        for n, raw in enumerate(fh, start=1):
-            if len(raw) > max_bytes:
-                report.skip("document too large", f.path, n, f"line over {max_bytes} bytes")
-                continue
-            if not raw.strip():
-                continue
-            try:
-                obj = json.loads(_decode(raw, f, n, report))
-            except json.JSONDecodeError as e:
-                report.skip("malformed JSON", f.path, n, e.msg)
-                continue
-            if not isinstance(obj, dict):
-                report.skip("not a JSON object", f.path, n)
-            elif field not in obj:
-                report.skip(f"missing field '{field}'", f.path, n)
-            elif not isinstance(obj[field], str):
-                report.skip(f"field '{field}' is not a string", f.path, n, type(obj[field]).__name__)
-            elif not obj[field].strip():
-                report.skip("empty document", f.path, n)
-            else:
-                yield obj[field], n
-        if n == 0:
-            report.skip("empty file", f.path)
-
-
-def _parquet_docs(f: InputFile, column: str, max_bytes: int, report: Report) -> Iterator[tuple[str, int | None]]:
-    if f.compression:
-        report.skip("compressed Parquet is not supported (Parquet compresses internally)", f.path)
-        return
-    pf = pq.ParquetFile(f.path)
-    schema = pf.schema_arrow
-    if column not in schema.names:
-        report.skip(f"missing column '{column}'", f.path, detail=f"columns: {', '.join(schema.names)}")
-        return
-    if not (pa.types.is_string(schema.field(column).type) or pa.types.is_large_string(schema.field(column).type)):
-        report.skip(f"column '{column}' is not a string column", f.path, detail=str(schema.field(column).type))
-        return
-    row = 0
-    for batch in pf.iter_batches(batch_size=1024, columns=[column]):  # never the whole file in memory
-        for value in batch.column(0).to_pylist():
-            row += 1
-            if value is None:
-                report.skip(f"missing field '{column}' (null)", f.path, row)
-            elif len(value.encode("utf-8", "surrogatepass")) > max_bytes:
-                report.skip("document too large", f.path, row, f"over {max_bytes} bytes")
-            elif not value.strip():
-                report.skip("empty document", f.path, row)
-            else:
-                yield value, row
-    if row == 0:
-        report.skip("empty file", f.path)
-
-
-def read_documents(f: InputFile, field: str, max_bytes: int, report: Report) -> Iterator[tuple[str, int | None]]:
-    """(text, line or row) for every valid document of a file; a read error ends the file with a report
-    (documents yielded before it are kept)."""
-    readers = {"text": lambda: _text_docs(f, max_bytes, report),
-               "jsonl": lambda: _jsonl_docs(f, field, max_bytes, report),
-               "parquet": lambda: _parquet_docs(f, field, max_bytes, report)}
-    try:
-        yield from readers[f.fmt]()
-    except (OSError, EOFError, zstandard.ZstdError, pa.ArrowException) as e:
-        report.skip("unreadable or corrupt file (stopped reading)", f.path, detail=f"{type(e).__name__}: {e}")

@@ -73,6 +73,7 @@ def load_pt(path: str | Path, *, trust: bool = False, map_location: Any = "cpu",
     """torch.load restricted to tensors and plain records; UntrustedCheckpoint names the file when
     it asks for more (or is not a readable checkpoint at all)."""
     path = Path(path)
+    shown = path.resolve() if path.is_symlink() else path  # readers that link files into a temp dir
     kwargs.pop("weights_only", None)  # callers written for full pickle (DeepSpeed) pass False
     if trust:
         return torch.load(path, map_location=map_location, weights_only=False, **kwargs)
@@ -82,10 +83,10 @@ def load_pt(path: str | Path, *, trust: bool = False, map_location: Any = "cpu",
     except pickle.UnpicklingError as e:
         foreign = _foreign_globals(path)
         if foreign:
-            raise UntrustedCheckpoint(_refusal(path, f"it asks to import {', '.join(foreign[:5])}")) from None
-        raise UntrustedCheckpoint(f"{path}: not a readable checkpoint file ({_first_line(e)})") from None
+            raise UntrustedCheckpoint(_refusal(shown, f"it asks to import {', '.join(foreign[:5])}")) from None
+        raise UntrustedCheckpoint(f"{shown}: not a readable checkpoint file ({_first_line(e)})") from None
     except Exception as e:  # torn, truncated or crafted bytes: any failure is a refusal, not a crash
-        raise UntrustedCheckpoint(f"{path}: not a readable checkpoint file ({type(e).__name__}: "
+        raise UntrustedCheckpoint(f"{shown}: not a readable checkpoint file ({type(e).__name__}: "
                                   f"{_first_line(e)})") from None
 
 

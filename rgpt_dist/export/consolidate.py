@@ -56,6 +56,8 @@ def find_tag_dir(path: str | Path) -> Path:
     path = Path(path)
     if not path.exists():
         raise ExportError(f"{path} does not exist")
+    if not path.is_dir():
+        raise ExportError(f"{path} is not a directory (give a run, checkpoints/ or step_* directory)")
     if path.name.startswith(TAG_PREFIX):
         candidates = [path]
     else:

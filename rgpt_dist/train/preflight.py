@@ -2,7 +2,6 @@
 initialisation (the config itself was validated by Config.validate)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from rgpt_dist.config.experiment import Config
@@ -21,19 +20,32 @@ def preflight(cfg: Config, world_size: int) -> list[str]:
                    f"{t.micro_batch_size} x {dp} data-parallel ranks")
     splits = [cfg.data.train_split] + ([cfg.data.val_split] if cfg.eval.every_steps > 0 else [])
     for i, root in enumerate(cfg.data.paths):
-        if "://" in root:
-            continue
-        for split in splits:
-            if not (Path(root) / split / "index.json").is_file():
-                out.append(f"data.paths[{i}]={root!r} has no {split}/index.json (prepare it with rgpt-prep)")
-        manifest = Path(root) / "manifest.json"
-        if manifest.is_file():
-            seq = json.loads(manifest.read_text()).get("seq_len")
-            if seq != t.seq_len:
-                out.append(f"data.paths[{i}]={root!r} holds samples of seq_len {seq}, but train.seq_len={t.seq_len}")
+        if "://" not in root:
+            out += [f"data.paths[{i}]={root!r}: {problem}" for problem in _split_problems(Path(root), splits, t.seq_len)]
     run_dir = Path(cfg.log.run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         out.append(f"log.run_dir={cfg.log.run_dir!r} exists and is not a directory")
     if cfg.checkpoint.dir and Path(cfg.checkpoint.dir).is_file():
         out.append(f"checkpoint.dir={cfg.checkpoint.dir!r} is a file")
+    return out
+
+
+def _split_problems(root: Path, splits: list[str], seq_len: int) -> list[str]:
+    """Each split's index checked as the loader will (rgpt_dist.data.index: token columns only,
+    shard files inside the split) and its sample length against train.seq_len."""
+    from rgpt_dist.data.index import DatasetError, check_split
+
+    out = []
+    for split in splits:
+        if not (root / split / "index.json").is_file():
+            out.append(f"no {split}/index.json (prepare it with rgpt-prep)")
+            continue
+        try:
+            shards = check_split(root / split)
+        except DatasetError as e:
+            out.append(str(e))
+            continue
+        lengths = {s["column_sizes"][0] // 2 - 1 for s in shards}
+        if lengths and lengths != {seq_len}:
+            out.append(f"{split} holds samples of seq_len {sorted(lengths)[0]}, but train.seq_len={seq_len}")
     return out

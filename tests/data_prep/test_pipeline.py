@@ -10,28 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from data_prep import pipeline
 from data_prep.cli import _parser, main
-from tests.data_prep.corpus import bad_corpus, good_corpus
-
-ROOT = Path(__file__).resolve().parents[2]
-EOT = 50256
-
-
-def read_split(out: Path, split: str) -> np.ndarray:
-    """All samples of a split in order, (n, seq_len + 1), read through mosaicml-streaming."""
-    from rgpt_dist.data.mds import import_streaming
-    ds = import_streaming().LocalDataset(local=str(out / split))
-    return np.stack([ds[i]["tokens"] for i in range(len(ds))]) if len(ds) else np.zeros((0, 0), np.uint16)
-
-
-def tree_bytes(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def expected_split(text: str, fraction: float) -> str:
-    """The documented rule, re-implemented: val iff blake2b-64(UTF-8) < fraction * 2^64."""
-    h = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
-    return "val" if h < fraction * 2**64 else "train"
+from tests.data_prep.checks import EOT, ROOT, expected_split, read_split, tree_bytes
+from tests.data_prep.corpus import bad_corpus, good_corpus, many_batches_corpus
 
 
 def test_shards_decode_to_the_accepted_documents_and_tokens_are_conserved(tmp_path, encoding):
@@ -63,13 +45,26 @@ def test_shards_decode_to_the_accepted_documents_and_tokens_are_conserved(tmp_pa
     assert not (tmp_path / "out.partial").exists()
 
 
-def test_output_is_identical_for_one_and_two_workers(tmp_path):
-    good_corpus(tmp_path / "in")
+def test_output_is_identical_for_one_and_two_workers(tmp_path, monkeypatch):
+    """Many tokenizer batches per part, of very different sizes, 4 in flight on 2 workers: they finish
+    out of order, and the bytes written must not show it."""
+    size = many_batches_corpus(tmp_path / "in")
+    monkeypatch.setattr(pipeline, "BATCH_BYTES", 2048)  # batches are cut in this process, before the pool
+    batches = []
+    real = pipeline._batches
+
+    def counted(*a):
+        for b in real(*a):
+            batches.append(len(b[1]))
+            yield b
+    monkeypatch.setattr(pipeline, "_batches", counted)
     for w in (1, 2):
         assert main([str(tmp_path / "in"), "--out", str(tmp_path / f"w{w}"), "--seq-len", "8",
-                     "--part-mb", "0.0005", "--workers", str(w)]) == 0
+                     "--part-mb", "0.05", "--workers", str(w), "--val-fraction", "0.1"]) == 0
     one, two = tree_bytes(tmp_path / "w1"), tree_bytes(tmp_path / "w2")
-    assert one == two and len([k for k in one if k.endswith(".mds")]) > 2  # several parts, merged
+    parts = json.loads(one["manifest.json"])["parts"]
+    assert size > 100 * 2048 and len(batches) // 2 > 50 and len(parts) >= 4  # several parts of many batches
+    assert one == two and len([k for k in one if k.endswith(".mds")]) > len(parts)
 
 
 def test_bad_input_is_reported_counted_and_never_fatal(tmp_path, capsys):
@@ -106,14 +101,15 @@ def test_exit_codes_for_nothing_valid_and_existing_output(tmp_path, capsys):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "empty.txt").write_text("")
     assert main([str(tmp_path / "in"), "--out", str(tmp_path / "out")]) == 1
+    assert "no valid document was read; nothing written" in capsys.readouterr().err
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
-    (tmp_path / "in" / "doc.txt").write_text("one document")
+    (tmp_path / "in" / "doc.txt").write_text("one document")  # 3 tokens with <|endoftext|>
     assert main([str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--seq-len", "2"]) == 0
     assert main([str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--seq-len", "2"]) == 2
     assert "exists and is not empty; pass --overwrite" in capsys.readouterr().err
-    assert main([str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--seq-len", "3", "--overwrite"]) == 0
-    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["seq_len"] == 3
-    assert not (tmp_path / "out.old").exists()
+    assert main([str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--seq-len", "1", "--overwrite"]) == 0
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["seq_len"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "out"]
 
 
 def test_help_documents_every_option(capsys):

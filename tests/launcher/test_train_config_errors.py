@@ -24,7 +24,7 @@ CASES = [
     (["parallel.zero_stage=4"], "parallel.zero_stage=4 must be 0, 1, 2 or 3"),
     (["parallel.dtype=fp16"], "parallel.dtype='fp16' is not one of ['fp32', 'bf16']"),
     (["parallel.activation_checkpointing=all"], "parallel.activation_checkpointing='all' is not one of"),
-    (["data.paths=[/no/such/dir]"], "data.paths[0]='/no/such/dir' has no train/index.json"),
+    (["data.paths=[/no/such/dir]"], "data.paths[0]='/no/such/dir': no train/index.json"),
     (["data.paths=[]"], "data.paths is empty"),
     (["train.seq_len=64"], "holds samples of seq_len 32, but train.seq_len=64"),
     (["train.sedd=1"], "train.sedd is not a field of TrainConfig"),
@@ -91,4 +91,23 @@ def test_absurd_sizes_exit_2_before_anything_starts(data_dir, tmp_path, monkeypa
     for message in ("model.d_model=1048576 must be <= 65536", "train.lr=inf must be finite",
                     "model.block_size=2000000 must be <= 1048576"):
         assert message in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_hostile_dataset_is_refused_before_any_process_starts(data_dir, tmp_path, monkeypatch, capsys):
+    """A split whose index would make streaming write outside the dataset (or unpickle) is a
+    config-time error naming the index, not a traceback on every rank."""
+    import json
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(data_dir, bad)
+    index = json.loads((bad / "train" / "index.json").read_text())
+    index["shards"][0]["column_encodings"] = ["pkl"]
+    (bad / "train" / "index.json").write_text(json.dumps(index))
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    args = [*BASE, f"data.paths=[{bad}]", "eval.every_steps=0", f"log.run_dir={tmp_path / 'run'}"]
+    assert main(["configs/experiments/quickstart.yaml", *args]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}/train/index.json shard 0" in err and "never pkl or json" in err
     assert not (tmp_path / "run").exists()
