@@ -135,6 +135,9 @@ def _consolidate(tag_dir: Path, trust: bool) -> Consolidated:
     if not isinstance(client.get("config"), dict):
         raise ExportError(f"{tag_dir} holds no run config (not written by rgpt-dist's trainer?)")
     cfg = from_dict(Config, client["config"])
+    problems = cfg.problems()  # sizes a crafted config could make absurd are bounded there
+    if problems:
+        raise ExportError(f"{tag_dir}: the run config it holds is invalid: {'; '.join(problems[:5])}")
     tp = cfg.parallel.tp_size
     shards = [state] + [_rank_state(tag_dir, t, trust)[0] for t in range(1, tp)]
     layout = layout_for(cfg.model)

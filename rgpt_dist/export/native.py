@@ -31,12 +31,21 @@ def load_native(path: str | Path, dtype: torch.dtype = torch.float32) -> tuple[t
     from rgpt_dist.registry import build_model
 
     path = Path(path)
-    record = json.loads((path / "config.json").read_text())
-    if record.get("format") != FORMAT:
-        raise ValueError(f"{path}/config.json is not an rgpt-dist native export (format {record.get('format')!r})")
+    try:
+        record = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as e:
+        raise ValueError(f"{path}/config.json unreadable: {e}") from None
+    if not isinstance(record, dict) or record.get("format") != FORMAT or not isinstance(record.get("model"), dict):
+        raise ValueError(f"{path}/config.json is not an rgpt-dist native export (format {FORMAT}, a model section)")
     cfg = from_dict(ModelConfig, record["model"])
+    problems = cfg.problems("model")
+    if problems:
+        raise ValueError(f"{path}/config.json: invalid model: {'; '.join(problems[:5])}")
     with torch.device("meta"):
         model = build_model(cfg)
-    sd = load_file(str(path / "model.safetensors"))
-    model.load_state_dict({k: v.to(dtype) for k, v in sd.items()}, strict=True, assign=True)
+    try:  # safetensors: tensors only, never code
+        sd = load_file(str(path / "model.safetensors"))
+        model.load_state_dict({k: v.to(dtype) for k, v in sd.items()}, strict=True, assign=True)
+    except Exception as e:  # a damaged file, or tensors that do not fit the config
+        raise ValueError(f"{path}/model.safetensors does not load into its config's model: {str(e)[:300]}") from None
     return model.eval(), record
