@@ -43,30 +43,23 @@ def _allowed_globals() -> list[Any]:
     return found
 
 
-def _foreign_globals(path: Path) -> list[str]:
-    try:
-        names = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
-    except Exception:  # not a zip checkpoint: the load's own message says enough
-        return []
-    return sorted(set(names) - set(DEEPSPEED_RECORDS))
-
-
 def _refusal(path: Path, what: str) -> str:
     return (f"{path}: refusing to load: {what}. Loading it would run code named by the file. Only if "
             f"you trust whoever wrote it, pass --trust-checkpoint (checkpoint.trust_pickle=true when "
             f"resuming); see docs/security.md")
 
 
-def scan_pt(path: str | Path) -> str | None:
+def scan_pt(path: str | Path, shown: Path | None = None) -> str | None:
     """Why load_pt would refuse `path` (read without unpickling anything), or None: lets one rank
-    check a whole checkpoint before any rank starts loading it."""
+    check a whole checkpoint before any rank starts loading it. `shown`: the name for messages."""
     path = Path(path)
+    shown = shown or path
     try:
         names = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
     except Exception as e:
-        return f"{path}: not a readable checkpoint file ({type(e).__name__}: {_first_line(e)})"
+        return f"{shown}: not a readable checkpoint file ({type(e).__name__}: {_first_line(e)})"
     foreign = sorted(set(names) - set(DEEPSPEED_RECORDS))
-    return _refusal(path, f"it asks to import {', '.join(foreign[:5])}") if foreign else None
+    return _refusal(shown, f"it asks to import {', '.join(foreign[:5])}") if foreign else None
 
 
 def load_pt(path: str | Path, *, trust: bool = False, map_location: Any = "cpu", **kwargs: Any) -> Any:
@@ -80,11 +73,9 @@ def load_pt(path: str | Path, *, trust: bool = False, map_location: Any = "cpu",
     try:
         with torch.serialization.safe_globals(_allowed_globals()):
             return torch.load(path, map_location=map_location, weights_only=True, **kwargs)
-    except pickle.UnpicklingError as e:
-        foreign = _foreign_globals(path)
-        if foreign:
-            raise UntrustedCheckpoint(_refusal(shown, f"it asks to import {', '.join(foreign[:5])}")) from None
-        raise UntrustedCheckpoint(f"{shown}: not a readable checkpoint file ({_first_line(e)})") from None
+    except pickle.UnpicklingError as e:  # the restricted unpickler met a global: name it
+        reason = scan_pt(path, shown) or f"{shown}: not a readable checkpoint file ({_first_line(e)})"
+        raise UntrustedCheckpoint(reason) from None
     except Exception as e:  # torn, truncated or crafted bytes: any failure is a refusal, not a crash
         raise UntrustedCheckpoint(f"{shown}: not a readable checkpoint file ({type(e).__name__}: "
                                   f"{_first_line(e)})") from None
