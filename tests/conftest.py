@@ -20,3 +20,12 @@ def _remove_deepspeed_shm_buffers():
             os.remove(path)
         except OSError:
             pass
+
+
+@pytest.fixture(scope="session")
+def dataset(tmp_path_factory):
+    """The project's own source tokenized at seq_len 32 (tests.helpers.runs.prepare_dataset), prepared
+    once per session for every module that trains on it (a module may still define its own
+    `dataset`). Read-only: copy it before changing anything in it."""
+    from tests.helpers.runs import prepare_dataset
+    return prepare_dataset(tmp_path_factory.mktemp("session-data") / "ds")

@@ -42,6 +42,14 @@ class StopRequested:
             signal.signal(s, handler)
 
 
+def ignore_signals(signals: tuple[signal.Signals, ...] = SIGNALS) -> None:
+    """After the stop step is saved: ignore further stop signals until the process exits. torchrun
+    SIGTERMs the other ranks as soon as the first exits with EXIT_PREEMPTED; a rank still returning
+    would otherwise die of that signal (status -15) instead of exiting with EXIT_PREEMPTED."""
+    for s in signals:
+        signal.signal(s, signal.SIG_IGN)
+
+
 def requeue_slurm_job() -> str:
     """Ask SLURM to requeue this job (rank 0 only); returns what happened, for the log."""
     job = os.environ.get("SLURM_ARRAY_JOB_ID") and os.environ.get("SLURM_ARRAY_TASK_ID")

@@ -19,7 +19,7 @@ from rgpt_dist.safe_load import UntrustedCheckpoint
 from rgpt_dist.train.checkpoint import CheckpointManager
 from rgpt_dist.train.metrics import MetricsSink
 from rgpt_dist.train.optim import make_optimizer, make_scheduler
-from rgpt_dist.train.preemption import EXIT_PREEMPTED, StopRequested, requeue_slurm_job
+from rgpt_dist.train.preemption import EXIT_PREEMPTED, StopRequested, ignore_signals, requeue_slurm_job
 from rgpt_dist.train.trainer import Trainer
 
 EXIT_REFUSED = 2  # like a bad config: nothing ran, nothing was written
@@ -89,7 +89,9 @@ def train(cfg: Config) -> int:
     finally:
         sink.close()
         stop.close()
-    torch.distributed.barrier()
+    if not finished:
+        ignore_signals()  # saved: the exit status must be EXIT_PREEMPTED on every rank
+    torch.distributed.barrier()  # no rank exits (and makes torchrun SIGTERM the rest) before all ignore
     if finished:
         return 0
     if dims.is_main:

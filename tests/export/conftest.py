@@ -1,7 +1,7 @@
 import pytest
 
 from tests.helpers.hf import isolated_hf
-from tests.helpers.runs import BASE, prepare_dataset, train
+from tests.helpers.runs import BASE, train
 
 
 @pytest.fixture(scope="module")
@@ -18,11 +18,11 @@ TRAINED = ["train.max_steps=4", "checkpoint.every_steps=4", "eval.every_steps=0"
 
 
 @pytest.fixture(scope="session")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, dataset):
     """name -> run directory of a finished short run (shared by the export, remote-code and
     untrusted-checkpoint tests; copy a run before changing it)."""
     root = tmp_path_factory.mktemp("export")
-    data = prepare_dataset(root / "ds")
+    data = dataset  # the session's (tests/conftest.py)
     layouts = {
         "zero3": (2, ["parallel.zero_stage=3", *FROZEN]),
         "tp2-bf16": (2, ["parallel.tp_size=2", "model.pad_vocab_multiple=256", "parallel.zero_stage=2",

@@ -2,8 +2,13 @@
 
 `LocalSlurm.start(workdir)` installs the packages when missing (root + apt only), starts munged,
 slurmctld and slurmd with a private slurm.conf, and returns a handle whose `env` points the client
-commands (sbatch, squeue, scontrol, sacct-free) at it. `unavailable()` says why a cluster cannot be
-started here, for pytest.skip. See ../shared/ENVIRONMENT.md, "SLURM on one machine".
+commands (sbatch, squeue, scontrol, sacct-free) at it. It raises `SlurmUnavailable` only for the
+reasons `unavailable()` names (the packages are missing and cannot be installed: not root, no
+apt-get, or no apt source offers them), the one case for pytest.skip; any other failure (apt-get
+failing on packages it offers, a daemon that does not start, a node that never becomes idle) is a
+RuntimeError: a broken setup must fail the tests, not skip them. RGPT_REQUIRE_SLURM=1 turns
+unavailability into a failure too (CI that must run them). See ../shared/ENVIRONMENT.md, "SLURM on
+one machine".
 """
 from __future__ import annotations
 
@@ -22,18 +27,61 @@ def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, **kwargs)
 
 
-def install() -> str | None:
-    """Install the packages if needed; None on success, else the reason it is impossible."""
-    if all(shutil.which(c) for c in ("sbatch", "slurmctld", "slurmd", "munged")):
+class SlurmUnavailable(RuntimeError):
+    """SLURM is not installed and cannot be here (the reason is the message)."""
+
+
+def _installed() -> bool:
+    return all(shutil.which(c) for c in ("sbatch", "slurmctld", "slurmd", "munged"))
+
+
+def _without_candidate() -> list[str]:
+    """The packages no configured apt source offers (`apt-cache policy`: no candidate)."""
+    missing = []
+    for package in PACKAGES:
+        out = _run(["apt-cache", "policy", package]).stdout
+        if "Candidate:" not in out or "Candidate: (none)" in out:
+            missing.append(package)
+    return missing
+
+
+def unavailable() -> str | None:
+    """Why a cluster cannot be started here (None when it can be tried): the packages are missing and
+    this process cannot install them. apt's lists are refreshed once before deciding that apt has
+    no candidate."""
+    if _installed():
         return None
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        return "slurm-wlm is not installed and cannot be (needs root and apt-get)"
-    done = _run(["apt-get", "install", "-y", "--no-install-recommends", *PACKAGES],
-                env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, timeout=600)
+    if os.geteuid() != 0:
+        return "slurm-wlm is not installed and cannot be: installing it needs root"
+    if not shutil.which("apt-get"):
+        return "slurm-wlm is not installed and cannot be: no apt-get"
+    if _without_candidate():
+        _run(["apt-get", "update", "-qq"], env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, timeout=600)
+        missing = _without_candidate()
+        if missing:
+            return f"slurm-wlm is not installed and no apt source offers {' '.join(missing)}"
+    return None
+
+
+OFFLINE = ("Failed to fetch", "Unable to fetch", "Temporary failure resolving", "Could not resolve")
+
+
+def install() -> None:
+    """Install the packages if needed (after `unavailable()` said it is possible), refreshing apt's
+    lists once if the first attempt fails. SlurmUnavailable when apt cannot download them (offline);
+    RuntimeError for any other failure."""
+    if _installed():
+        return
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    done = _run(["apt-get", "install", "-y", "--no-install-recommends", *PACKAGES], env=env, timeout=900)
     if done.returncode != 0:
-        done = _run(["bash", "-c", "apt-get update -qq && apt-get install -y --no-install-recommends " + " ".join(PACKAGES)],
-                    env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, timeout=900)
-    return None if done.returncode == 0 else f"apt-get install {' '.join(PACKAGES)} failed: {done.stderr[-500:]}"
+        _run(["apt-get", "update", "-qq"], env=env, timeout=600)
+        done = _run(["apt-get", "install", "-y", "--no-install-recommends", *PACKAGES], env=env, timeout=900)
+    if done.returncode == 0 and _installed():
+        return
+    if any(marker in done.stderr for marker in OFFLINE):
+        raise SlurmUnavailable(f"slurm-wlm is not installed and apt cannot download it: {done.stderr[-500:]}")
+    raise RuntimeError(f"apt-get install {' '.join(PACKAGES)} failed ({done.returncode}): {done.stderr[-1000:]}")
 
 
 FAKE_GPUS, FAKE_CPUS = 8, 128  # what a GPU node of the real clusters has
@@ -86,9 +134,15 @@ class LocalSlurm:
 
     @classmethod
     def start(cls, workdir: Path) -> "LocalSlurm":
-        why = install()
-        if why:
-            raise RuntimeError(why)
+        try:
+            why = unavailable()
+            if why:
+                raise SlurmUnavailable(why)
+            install()
+        except SlurmUnavailable as e:
+            if os.environ.get("RGPT_REQUIRE_SLURM") == "1":
+                raise RuntimeError(f"RGPT_REQUIRE_SLURM=1 but {e}") from e
+            raise
         self = cls(workdir)
         for sub in ("state", "spool"):
             (workdir / sub).mkdir(parents=True, exist_ok=True)

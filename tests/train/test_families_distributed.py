@@ -1,17 +1,16 @@
 """The competitor families under torchrun with gloo, like the existing ones (tests/train/
 test_distributed.py): N ranks at every ZeRO stage reproduce one rank, tp=2 x dp=2 reproduces tp=1 x
-dp=2, and a SIGKILLed run resumes bitwise. Poisson depth is the hard case: truncated backprop runs
-its first r - k steps without autograd."""
+dp=2, and a SIGKILLed run resumes bitwise from its newest complete checkpoint. Poisson depth is the
+hard case: truncated backprop runs its first r - k steps without autograd. Compared: losses, gradient
+norms and the final evaluation (tests.helpers.runs.assert_same_training)."""
 from __future__ import annotations
 
-import os
 import sys
 
 import pytest
 
-from tests.helpers.dist import ROOT
-from tests.helpers.runs import BASE, losses, prepare_dataset, records, train
-from tests.train.test_distributed import _kill_after
+from tests.helpers.runs import BASE, assert_same_training, launch, losses, records, train, trajectory
+from tests.train.test_distributed import kill_and_restart
 
 pytestmark = pytest.mark.slow
 
@@ -22,67 +21,89 @@ FAMILIES = {"poisson": ["model=poisson-debug", "model.n_loops=4", "model.k_max=2
 STAGES_RUN = {"poisson": [0, 1, 3], "relaxed": [3]}
 # what makes a run independent of the data-parallel layout (noise keys include the dp rank)
 DETERMINISTIC = {"poisson": ["model.state_std=0"], "relaxed": []}
-# one vocabulary padding for every layout (it changes the initial weights), divisible by tp = 2
+# one vocabulary padding for every layout (it changes the initial weights), divisible by tp = 2; the
+# same 16 validation samples in every layout: dp = 2 ranks x 4 micro-batches of 2, or 1 rank x 8
 STEPS = ["model.pad_vocab_multiple=256", "train.max_steps=5", "eval.every_steps=5", "checkpoint.every_steps=5"]
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    return prepare_dataset(tmp_path_factory.mktemp("families") / "ds")
+DP2_EVAL, ONE_RANK_EVAL = "eval.batches=4", "eval.batches=8"
 
 
 def run(nproc, run_dir, dataset, family, *overrides):
     return train(nproc, run_dir, dataset, *FAMILIES[family], *overrides, common=BASE)
 
 
-@pytest.fixture(scope="module", params=list(FAMILIES))
-def one_rank(request, dataset, tmp_path_factory):
-    """One process, ZeRO-0, deterministic state: what every data-parallel layout must reproduce."""
-    family = request.param
-    recs = run(1, tmp_path_factory.mktemp(f"{family}-ref"), dataset, family, "parallel.zero_stage=0",
-               *DETERMINISTIC[family], *STEPS)
-    return family, recs
+@pytest.fixture(scope="module")
+def one_rank(dataset, tmp_path_factory):
+    """family -> metrics records of one process with deterministic state: what every data-parallel
+    layout must reproduce; made on first use, once per family (a parametrized module fixture is
+    rebuilt each time pytest's test order switches family). ZeRO-1, not 0: on one rank it is plain
+    AdamW too, and it logs the gradient norm (test_distributed.ZERO0_NO_GRAD_NORM)."""
+    made = {}
+
+    def get(family):
+        if family not in made:
+            made[family] = run(1, tmp_path_factory.mktemp(f"{family}-ref"), dataset, family, "parallel.zero_stage=1",
+                               *DETERMINISTIC[family], *STEPS, ONE_RANK_EVAL)
+        return made[family]
+    return get
 
 
-@pytest.mark.parametrize("one_rank,stage", [(f, s) for f, stages in STAGES_RUN.items() for s in stages],
-                         indirect=["one_rank"])
-def test_two_ranks_match_one_rank_at_zero_stages(stage, one_rank, dataset, tmp_path):
+@pytest.mark.parametrize("family,stage", [(f, s) for f, stages in STAGES_RUN.items() for s in stages])
+def test_two_ranks_match_one_rank_at_zero_stages(family, stage, one_rank, dataset, tmp_path):
     """Poisson at ZeRO 0, 1 and 3 (truncated backprop leaves the first steps without autograd); RRT,
-    whose adapters are ordinary parameters, at ZeRO-3 (the suite's time budget); ZeRO-2: below."""
-    family, ref = one_rank
-    got = run(2, tmp_path, dataset, family, f"parallel.zero_stage={stage}", *DETERMINISTIC[family], *STEPS)
-    assert [r["r"] for r in got if "loss" in r] == [r["r"] for r in ref if "loss" in r]
+    whose adapters are ordinary parameters, at ZeRO-3 (the suite's time budget); ZeRO-2: below.
+    Depths, losses, gradient norms and the evaluation equal one rank's to relative 2e-5."""
+    ref = one_rank(family)
+    got = run(2, tmp_path, dataset, family, f"parallel.zero_stage={stage}", *DETERMINISTIC[family], *STEPS,
+              DP2_EVAL)
     depths = [r["r"] for r in ref if "loss" in r]
     if family == "poisson":
         assert max(depths) > 2, f"no step truncated its backprop: depths {depths}"  # k_max = 2
+        assert min(depths) <= 2, f"no step ran full backprop: depths {depths}"
     assert [s for s, _ in losses(got)] == [1, 2, 3, 4, 5]
-    for (_, a), (_, b) in zip(losses(got), losses(ref)):
-        assert a == pytest.approx(b, rel=2e-5)
+    assert_same_training(got, ref, rel=2e-5, grad_norm=stage != 0)  # ZERO0_NO_GRAD_NORM (test_distributed)
     assert losses(ref)[-1][1] < losses(ref)[0][1]  # it learns
 
 
-def test_tp2_x_dp2_at_zero2_matches_one_rank(one_rank, dataset, tmp_path):
+POISSON_TP_GRAD_NORM = (
+    "library bug (suspected, in the logged/clipping norm): Poisson tp = 2 x dp = 2 at ZeRO-2 logs grad_norm "
+    "4.578202 at step 3 (r = 2 <= k_max: full backprop) where one rank logs 4.578328 (relative 2.8e-5; dp = 2 "
+    "alone: 7e-7; RRT and RecurrentGPT under tp: 1e-7); losses and evaluation agree to 1e-7 and the model's "
+    "own tp = 2 gradients equal tp = 1's (< 1e-6 at r = 2 and 4): the difference is in the norm DeepSpeed "
+    "computes over the tp and dp groups (it scales the clipping, which AdamW hides)")
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_tp2_x_dp2_at_zero2_matches_one_rank(family, one_rank, dataset, tmp_path):
     """Megatron layers for the family's own modules (Poisson's adapter halves are row-parallel on
     replicated inputs; RRT's LoRA takes its projection's split); with the layout-independent
-    settings every layout is comparable to one rank."""
-    family, ref = one_rank
+    settings every layout is comparable to one rank: depths, losses and the evaluation to 2e-5,
+    then the gradient norms."""
+    ref = one_rank(family)
     got = run(4, tmp_path, dataset, family, "parallel.tp_size=2", "parallel.zero_stage=2", *DETERMINISTIC[family],
-              *STEPS)
+              *STEPS, DP2_EVAL)
     assert [s for s, _ in losses(got)] == [1, 2, 3, 4, 5]
-    for (_, a), (_, b) in zip(losses(got), losses(ref)):
-        assert a == pytest.approx(b, rel=2e-5)
+    assert_same_training(got, ref, rel=2e-5, grad_norm=False)
+    try:
+        assert_same_training(got, ref, rel=2e-5)
+    except AssertionError:
+        if family != "poisson":
+            raise
+        pytest.xfail(POISSON_TP_GRAD_NORM)
 
 
 @pytest.mark.parametrize("family", ["poisson"])  # truncated backprop at ZeRO-3: the new resume risk
 def test_sigkill_and_restart_is_bitwise(family, dataset, tmp_path):
-    args = ["parallel.zero_stage=3", "train.max_steps=8", "checkpoint.every_steps=3", "eval.every_steps=0"]
-    full = losses(run(2, tmp_path / "full", dataset, family, *args))
+    """Killed with SIGKILL after step 5, restarted: it resumes from its newest complete checkpoint
+    (step 3 or 6, asserted; the records after it planted wrong) and logs the uninterrupted run's
+    losses, gradient norms, depths and evaluation, bitwise."""
+    args = ["parallel.zero_stage=3", "train.max_steps=8", "checkpoint.every_steps=3", "eval.every_steps=8",
+            "eval.batches=4"]
+    full = run(2, tmp_path / "full", dataset, family, *args)
     killed = tmp_path / "killed"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "launcher.train",
            "configs/experiments/quickstart.yaml", *BASE, *FAMILIES[family], f"data.paths=[{dataset}]",
            f"log.run_dir={killed}", *args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled",
-           "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR", str(ROOT / ".venv" / "torch_extensions"))}
-    _kill_after(killed, 5, cmd, env)
-    assert 5 <= len(losses(records(killed))) < 8, "the run was not interrupted mid-training"
-    assert losses(run(2, killed, dataset, family, *args)) == full  # bitwise
+    resume_at, logged = kill_and_restart(
+        killed, 5, cmd, lambda: launch(2, killed, dataset, *FAMILIES[family], *args, common=BASE))
+    assert 5 <= logged < 8 and resume_at in (3, 6), "the run was not interrupted mid-training"
+    assert trajectory(records(killed)) == trajectory(full)  # bitwise

@@ -1,7 +1,10 @@
 """SIGUSR1 (SLURM's warning signal) or SIGTERM: every rank finishes the same step, that step is saved,
-the run exits with status 75, and rerunning resumes with no lost or repeated step."""
+the run exits with status 75, and rerunning resumes from that step with no lost or repeated step.
+One uninterrupted run is the reference of every test here."""
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,33 +15,32 @@ import psutil
 import pytest
 
 from tests.helpers.dist import ROOT
-from tests.helpers.runs import COMMON, losses, prepare_dataset, records, train
+from tests.helpers.runs import COMMON, launch, losses, records, resumed_line, train
 
 pytestmark = pytest.mark.slow
 
 ARGS = ["parallel.zero_stage=2", "train.max_steps=30", "checkpoint.every_steps=100", "eval.every_steps=0"]
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    return prepare_dataset(tmp_path_factory.mktemp("preempt") / "ds")
+WANDB = ["log.wandb=offline"]
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(dataset, tmp_path_factory):
-    return losses(train(2, tmp_path_factory.mktemp("full"), dataset, *ARGS))
+    """(run directory, losses) of the run every interrupted one must reproduce (copy it before use)."""
+    run = tmp_path_factory.mktemp("full")
+    return run, losses(train(2, run, dataset, *ARGS))
 
 
-def _signal_at_step(run_dir, dataset, step: int, target: str) -> tuple[int, list]:
+def _signal_at_step(run_dir, dataset, step: int, target: str, overrides=(), env=None) -> tuple[int, str]:
     """Start the run under torchrun (forwarding SIGUSR1 to its workers, as slurm/ scripts do); when
-    `step` is logged send SIGUSR1 to the torchrun agent or to rank 1's worker only. Returns
-    (torchrun exit status, the workers' exit statuses)."""
+    `step` is logged send SIGUSR1 to the torchrun agent (`agent`) or to rank 1's worker only
+    (`rank1`), or SIGTERM to both workers (`sigterm`). Returns (torchrun's exit status, its output)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            "--signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1", "--shutdown-timeout=120",
            "-m", "launcher.train", "configs/experiments/quickstart.yaml", *COMMON, f"data.paths=[{dataset}]",
-           f"log.run_dir={run_dir}", *ARGS]
+           f"log.run_dir={run_dir}", *ARGS, *overrides]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled",
-           "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR", str(ROOT / ".venv" / "torch_extensions"))}
+           "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR", str(ROOT / ".venv" / "torch_extensions")),
+           **(env or {})}
     env.pop("SLURM_JOB_ID", None)
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     metrics, deadline = Path(run_dir) / "metrics.jsonl", time.time() + 300
@@ -47,36 +49,75 @@ def _signal_at_step(run_dir, dataset, step: int, target: str) -> tuple[int, list
             break
         time.sleep(0.02)
     workers = sorted(psutil.Process(proc.pid).children(), key=lambda p: int(p.environ().get("RANK", 0)))
+    assert len(workers) == 2, workers
     if target == "agent":
         proc.send_signal(signal.SIGUSR1)
-    else:
+    elif target == "rank1":
         workers[1].send_signal(signal.SIGUSR1)
+    else:
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
     output = proc.communicate(timeout=300)[0]
     return proc.returncode, output
 
 
-@pytest.mark.parametrize("target", ["agent", "rank1"])
+def _worker_statuses(output: str) -> list[str]:
+    """The workers' exit statuses in torchrun's failure summary (`exitcode  : 75`)."""
+    return re.findall(r"exitcode +: (-?\d+)", output)
+
+
+@pytest.mark.parametrize("target", ["agent", "rank1", "sigterm"])
 def test_signal_saves_the_step_and_the_rerun_resumes_exactly(target, dataset, uninterrupted, tmp_path):
-    status, output = _signal_at_step(tmp_path, dataset, 3, target)
+    """docs/training.md "Stopping on a signal": SIGUSR1 to torchrun (forwarded to both ranks), to one
+    rank only, or SIGTERM to both ranks (what a scheduler's cancellation or preemption sends): both
+    ranks stop after the same step, save it and exit with status 75; the rerun resumes from exactly
+    that step and reproduces the uninterrupted run bitwise, every step logged once. Under the agent
+    signal torchrun itself dies of the signal and reports no worker status: there the workers must
+    have stopped on their own (torchrun did not have to kill them) after printing the resume hint.
+    The SIGTERM run logs to wandb offline: the rerun continues the same wandb run id
+    (rgpt_dist/train/metrics.py `_wandb_run_id`: "a resumed or requeued job continues the same wandb
+    run"), one offline run directory per launch."""
+    env = {"WANDB_MODE": "offline"} if target == "sigterm" else None
+    extra = WANDB if target == "sigterm" else []
+    status, output = _signal_at_step(tmp_path, dataset, 3, target, extra, env)
     partial = losses(records(tmp_path))
     stopped = partial[-1][0]
-    assert status != 0, output[-3000:]  # the workers exit with 75; torchrun reports a failure
+    assert status != 0, output[-3000:]
     assert 3 <= stopped < 30, "the signal did not stop the run early"
     assert f"step {stopped:6d} | stop requested (" in output
     assert (tmp_path / "checkpoints" / "latest").read_text() == f"step_{stopped:08d}"
-    assert "not under SLURM" in output
-    resumed = losses(train(2, tmp_path, dataset, *ARGS))
-    assert [s for s, _ in resumed] == list(range(1, 31))  # every step exactly once
-    assert resumed == uninterrupted  # bitwise: nothing lost, repeated or perturbed
+    assert "not under SLURM: rerun the same command to resume" in output, output[-3000:]  # rank 0, before exit 75
+    if target == "agent":
+        assert not _worker_statuses(output), output[-3000:]
+        assert "forcefully exiting" not in output and "Unable to shutdown process" not in output, output[-3000:]
+    else:
+        assert _worker_statuses(output) == ["75", "75"], output[-3000:]  # both ranks, EX_TEMPFAIL
+    resumed = launch(2, tmp_path, dataset, *ARGS, *extra, env=env)
+    assert resumed_line(tmp_path, stopped) in resumed, resumed[-3000:]
+    got = losses(records(tmp_path))
+    assert [s for s, _ in got] == list(range(1, 31))  # every step exactly once
+    assert got == uninterrupted[1]  # bitwise: nothing lost, repeated or perturbed
+    if target == "sigterm":
+        run_id = (tmp_path / "wandb_run_id").read_text()
+        runs = sorted((tmp_path / "wandb").glob("offline-run-*"))
+        assert len(runs) == 2 and all(r.name.endswith(f"-{run_id}") for r in runs), (run_id, runs)
+        assert all((r / f"run-{run_id}.wandb").is_file() for r in runs)
 
 
-def test_a_checkpoint_resumes_only_the_run_that_wrote_it(dataset, tmp_path):
-    """Another model or seed in the same run directory is refused instead of silently continuing
-    the old run; a longer budget (the doubled-budget case) continues it."""
-    short = [a for a in ARGS if not a.startswith("train.max_steps")]
-    train(1, tmp_path, dataset, *short, "train.max_steps=2", "checkpoint.every_steps=2")
-    for changed in ("model.n_loops=3", "train.seed=7"):
-        with pytest.raises(AssertionError, match="belongs to a different run") as e:
-            train(1, tmp_path, dataset, *short, "train.max_steps=3", changed)
-        assert changed.split("=")[0] in str(e.value)
-    assert [s for s, _ in losses(train(1, tmp_path, dataset, *short, "train.max_steps=3"))] == [1, 2, 3]
+def test_a_checkpoint_resumes_only_the_run_that_wrote_it(dataset, uninterrupted, tmp_path):
+    """docs/training.md: another model or seed in the same run directory is refused, naming every
+    difference, instead of silently continuing the old run (nothing trained, nothing written); a
+    longer budget (the doubled-budget case) continues it from its last step."""
+    run = tmp_path / "run"
+    shutil.copytree(uninterrupted[0], run)
+    before = (run / "metrics.jsonl").read_text()
+    longer = [*ARGS, "train.max_steps=32"]
+    with pytest.raises(AssertionError, match="belongs to a different run") as e:
+        train(2, run, dataset, *longer, "model.n_loops=3", "train.seed=7")
+    assert "model.n_loops: checkpoint 4, config 3" in str(e.value) and "train.seed: checkpoint" in str(e.value)
+    assert (run / "metrics.jsonl").read_text() == before
+    assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == ["step_00000030"]
+    output = launch(2, run, dataset, *longer)
+    assert resumed_line(run, 30) in output
+    got = losses(records(run))
+    assert [s for s, _ in got] == list(range(1, 33)) and got[:30] == uninterrupted[1]
