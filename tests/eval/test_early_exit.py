@@ -56,13 +56,12 @@ def test_dense_model_has_one_point():
 
 
 @pytest.fixture(scope="module")
-def export_dir(tmp_path_factory):
-    """A native export of a random RecurrentGPT (GPT-2 vocabulary) whose record names real data."""
+def export_dir(tmp_path_factory, dataset):
+    """A native export of a random RecurrentGPT (GPT-2 vocabulary) whose record names the session's data."""
     from rgpt_dist.export.native import write_native
-    from tests.helpers.runs import prepare_dataset
 
     root = tmp_path_factory.mktemp("eval")
-    data = prepare_dataset(root / "ds")
+    data = dataset
     cfg = RecurrentGPTConfig(n_pre=1, n_rec=1, n_coda=1, n_loops=2, vocab_size=50257, block_size=64, d_model=32, n_head=4)
     model = perturbed(build_model(cfg, seed=0))
     meta = {"step": 7, "data": {"paths": [str(data)], "val_split": "val", "seq_len": 32}}

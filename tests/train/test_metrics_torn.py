@@ -12,7 +12,7 @@ import pytest
 
 from rgpt_dist.train.metrics import MetricsSink, read_metrics
 from tests.helpers.dist import ROOT
-from tests.helpers.runs import COMMON, QUICKSTART, prepare_dataset, records
+from tests.helpers.runs import COMMON, QUICKSTART, records
 
 LINES = [json.dumps({"step": s, "loss": 10.0 - s}) for s in (1, 2, 3, 4)]
 
@@ -95,11 +95,10 @@ def _trajectory(recs):
 
 
 @pytest.mark.slow
-def test_a_run_killed_mid_append_resumes_from_its_checkpoint_with_the_same_losses(tmp_path):
+def test_a_run_killed_mid_append_resumes_from_its_checkpoint_with_the_same_losses(dataset, tmp_path):
     """Two launches: the uninterrupted reference run, whose directory is then put in the state a kill
     inside step 5's append leaves (checkpoint of step 3; records 1-4; step 5's record half written; no
     step-6 checkpoint), and the restart, which must resume at step 3 and end as the reference did."""
-    dataset = prepare_dataset(tmp_path / "ds")
     run = tmp_path / "run"
     _train(run, dataset)
     reference = _trajectory(records(run))
