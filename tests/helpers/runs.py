@@ -44,6 +44,18 @@ def records(run_dir):
     return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
 
 
+def reached(run_dir, step: int) -> bool:
+    """Whether the run has logged `step` yet. For polling a live run: the trainer may be halfway
+    through appending a line, which read_metrics skips (its warning is expected here)."""
+    import warnings
+
+    from rgpt_dist.train.metrics import read_metrics
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return any(r["step"] >= step for _, r in read_metrics(Path(run_dir) / "metrics.jsonl"))
+
+
 def losses(recs):
     return [(r["step"], r["loss"]) for r in recs if "loss" in r]
 

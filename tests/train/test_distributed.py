@@ -20,7 +20,7 @@ import torch
 
 from tests.helpers.dist import ROOT
 from tests.helpers.runs import (COMMON, assert_same_training, launch, losses, newest_complete_checkpoint,
-                                plant_stale_records, records, resumed_line, train, trajectory)
+                                plant_stale_records, reached, records, resumed_line, train, trajectory)
 
 pytestmark = pytest.mark.slow
 
@@ -92,10 +92,9 @@ def _kill_after(run_dir, step, cmd, env):
     finish the run behind the test's back."""
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    metrics = Path(run_dir) / "metrics.jsonl"
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
-        if metrics.exists() and any(json.loads(l).get("step", 0) >= step for l in metrics.read_text().splitlines()):
+        if reached(run_dir, step):
             break
         time.sleep(0.05)
     agent = psutil.Process(proc.pid)

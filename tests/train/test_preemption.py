@@ -1,7 +1,6 @@
 """SIGUSR1 (SLURM's warning signal) or SIGTERM: every rank finishes the same step, that step is saved,
 the run exits with status 75, and rerunning resumes from that step with no lost or repeated step.
 One uninterrupted run is the reference of every test here."""
-import json
 import os
 import re
 import shutil
@@ -15,7 +14,7 @@ import psutil
 import pytest
 
 from tests.helpers.dist import ROOT
-from tests.helpers.runs import COMMON, launch, losses, records, resumed_line, train
+from tests.helpers.runs import COMMON, launch, losses, reached, records, resumed_line, train
 
 pytestmark = pytest.mark.slow
 
@@ -43,9 +42,9 @@ def _signal_at_step(run_dir, dataset, step: int, target: str, overrides=(), env=
            **(env or {})}
     env.pop("SLURM_JOB_ID", None)
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    metrics, deadline = Path(run_dir) / "metrics.jsonl", time.time() + 300
+    deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
-        if metrics.exists() and any(json.loads(l).get("step", 0) >= step for l in metrics.read_text().splitlines()):
+        if reached(run_dir, step):
             break
         time.sleep(0.02)
     workers = sorted(psutil.Process(proc.pid).children(), key=lambda p: int(p.environ().get("RANK", 0)))
