@@ -155,12 +155,15 @@ def _consolidate(tag_dir: Path, trust: bool) -> Consolidated:
 
 
 def _check_shapes(full: dict[str, torch.Tensor], cfg: Config, tag_dir: Path) -> None:
-    """Every tensor has the shape the config's model gives it (built on the meta device: no memory)."""
+    """Exactly the config's model's parameter names, each with its shape (the model built on the meta
+    device: no memory)."""
     from rgpt_dist.registry import build_model
 
     with torch.device("meta"):
         expected = build_model(cfg.model).state_dict()
-    bad = [f"{k}: {tuple(v.shape)} != {tuple(expected[k].shape)}" for k, v in full.items()
-           if k in expected and (not isinstance(v, torch.Tensor) or v.shape != expected[k].shape)]
+    bad = [f"{k} missing" for k in sorted(set(expected) - set(full))]
+    bad += [f"{k} not in the model" for k in sorted(set(full) - set(expected))]
+    bad += [f"{k}: {tuple(v.shape)} != {tuple(expected[k].shape)}" for k, v in full.items()
+            if k in expected and (not isinstance(v, torch.Tensor) or v.shape != expected[k].shape)]
     if bad:
         raise ExportError(f"{tag_dir}: parameters do not fit the {cfg.model.family} model: {'; '.join(bad[:3])}")
