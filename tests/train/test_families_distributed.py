@@ -25,6 +25,13 @@ DETERMINISTIC = {"poisson": ["model.state_std=0"], "relaxed": []}
 # same 16 validation samples in every layout: dp = 2 ranks x 4 micro-batches of 2, or 1 rank x 8
 STEPS = ["model.pad_vocab_multiple=256", "train.max_steps=5", "eval.every_steps=5", "checkpoint.every_steps=5"]
 DP2_EVAL, ONE_RANK_EVAL = "eval.batches=4", "eval.batches=8"
+# Poisson's gradient norm at step 5 (r = 8: six steps without autograd, then two with) is ill-conditioned
+# in float32: on ONE process, merely reordering the sums moves it by 3.6e-5 (2 threads instead of 1)
+# to 3.8e-5 (micro-batches of 4 instead of 2), while the loss moves < 2e-7. The layouts land inside
+# that floor's scale: dp = 2 at 2.2e-5 (ZeRO-1) and 3.1e-5 (ZeRO-3), tp = 2 x dp = 2 at 6.3e-5, tp = 2
+# at 8.0e-5 (2026-12-01). So the norm is held to 2e-4 there; a wrong reduction (a sum for a mean, a
+# rank or a tp partial left out) moves it by 1e-2 or more. Steps 1-4 stay within 2e-6 in every layout.
+GRAD_NORM_REL = {"poisson": 2e-4, "relaxed": None}
 
 
 def run(nproc, run_dir, dataset, family, *overrides):
@@ -51,7 +58,7 @@ def one_rank(dataset, tmp_path_factory):
 def test_two_ranks_match_one_rank_at_zero_stages(family, stage, one_rank, dataset, tmp_path):
     """Poisson at ZeRO 0, 1 and 3 (truncated backprop leaves the first steps without autograd); RRT,
     whose adapters are ordinary parameters, at ZeRO-3 (the suite's time budget); ZeRO-2: below.
-    Depths, losses, gradient norms and the evaluation equal one rank's to relative 2e-5."""
+    Depths, losses and the evaluation equal one rank's to relative 2e-5, gradient norms to GRAD_NORM_REL."""
     ref = one_rank(family)
     got = run(2, tmp_path, dataset, family, f"parallel.zero_stage={stage}", *DETERMINISTIC[family], *STEPS,
               DP2_EVAL)
@@ -60,35 +67,22 @@ def test_two_ranks_match_one_rank_at_zero_stages(family, stage, one_rank, datase
         assert max(depths) > 2, f"no step truncated its backprop: depths {depths}"  # k_max = 2
         assert min(depths) <= 2, f"no step ran full backprop: depths {depths}"
     assert [s for s, _ in losses(got)] == [1, 2, 3, 4, 5]
-    assert_same_training(got, ref, rel=2e-5, grad_norm=stage != 0)  # ZERO0_NO_GRAD_NORM (test_distributed)
+    assert_same_training(got, ref, rel=2e-5, grad_norm=stage != 0,  # ZERO0_NO_GRAD_NORM (test_distributed)
+                         grad_norm_rel=GRAD_NORM_REL[family])
     assert losses(ref)[-1][1] < losses(ref)[0][1]  # it learns
-
-
-POISSON_TP_GRAD_NORM = (
-    "library bug (suspected, in the logged/clipping norm): Poisson tp = 2 x dp = 2 at ZeRO-2 logs grad_norm "
-    "4.578202 at step 3 (r = 2 <= k_max: full backprop) where one rank logs 4.578328 (relative 2.8e-5; dp = 2 "
-    "alone: 7e-7; RRT and RecurrentGPT under tp: 1e-7); losses and evaluation agree to 1e-7 and the model's "
-    "own tp = 2 gradients equal tp = 1's (< 1e-6 at r = 2 and 4): the difference is in the norm DeepSpeed "
-    "computes over the tp and dp groups (it scales the clipping, which AdamW hides)")
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_tp2_x_dp2_at_zero2_matches_one_rank(family, one_rank, dataset, tmp_path):
     """Megatron layers for the family's own modules (Poisson's adapter halves are row-parallel on
     replicated inputs; RRT's LoRA takes its projection's split); with the layout-independent
-    settings every layout is comparable to one rank: depths, losses and the evaluation to 2e-5,
-    then the gradient norms."""
+    settings every layout is comparable to one rank: depths, losses, gradient norms (Poisson's
+    to GRAD_NORM_REL) and the evaluation to 2e-5."""
     ref = one_rank(family)
     got = run(4, tmp_path, dataset, family, "parallel.tp_size=2", "parallel.zero_stage=2", *DETERMINISTIC[family],
               *STEPS, DP2_EVAL)
     assert [s for s, _ in losses(got)] == [1, 2, 3, 4, 5]
-    assert_same_training(got, ref, rel=2e-5, grad_norm=False)
-    try:
-        assert_same_training(got, ref, rel=2e-5)
-    except AssertionError:
-        if family != "poisson":
-            raise
-        pytest.xfail(POISSON_TP_GRAD_NORM)
+    assert_same_training(got, ref, rel=2e-5, grad_norm_rel=GRAD_NORM_REL[family])
 
 
 @pytest.mark.parametrize("family", ["poisson"])  # truncated backprop at ZeRO-3: the new resume risk
