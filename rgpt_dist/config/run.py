@@ -7,6 +7,14 @@ from typing import Literal
 from rgpt_dist.config.base import Section, out_of_bounds
 
 MAX_WORKERS = 256
+COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
+
+
+def torch_cuda_available() -> bool:
+    """Imports torch: for resolving `auto` settings when a run starts, never while loading a config."""
+    import torch
+
+    return torch.cuda.is_available()
 
 
 @dataclasses.dataclass
@@ -56,11 +64,30 @@ class ParallelConfig(Section):
     """Tensor-parallel size (megatron-core; issue #5). 1 = no tensor parallelism."""
     backend: Literal["auto", "nccl", "gloo"] = "auto"
     """torch.distributed backend; auto = nccl with CUDA, gloo without."""
+    compile: Literal["auto", "none", "blocks", "model"] = "auto"
+    """torch.compile (rgpt_dist.parallel.compile): blocks = every transformer block and the LM head
+    compiled, the recurrence loop eager (a new depth r every step compiles nothing new); model = the
+    whole forward, one graph per depth; none = eager; auto = blocks with CUDA, none without."""
+    compile_backend: str = "inductor"
+    """torch.compile backend: inductor (generated kernels; what GPU runs use), aot_eager (the same
+    forward and backward graphs run by eager kernels: checks tracing on CPU in seconds instead of
+    minutes) or eager (dynamo's capture only)."""
+
+    def compile_mode(self) -> str:
+        """`compile` with auto resolved for this machine."""
+        if self.compile != "auto":
+            return self.compile
+        return "blocks" if torch_cuda_available() else "none"
 
     def problems(self, path: str) -> list[str]:
         out = []
         if self.zero_stage not in (0, 1, 2, 3):
             out.append(f"{path}.zero_stage={self.zero_stage} must be 0, 1, 2 or 3")
+        if self.compile == "model" and self.zero_stage == 3:
+            out.append(f"{path}.compile=model cannot run under {path}.zero_stage=3 (ZeRO-3's parameter gathering "
+                       f"hooks every submodule inside the graph): use {path}.compile=blocks")
+        if self.compile_backend not in COMPILE_BACKENDS:
+            out.append(f"{path}.compile_backend={self.compile_backend!r} must be one of {', '.join(COMPILE_BACKENDS)}")
         return out
 
 

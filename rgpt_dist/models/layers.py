@@ -209,6 +209,10 @@ class LMHead(nn.Module):
         self.vocab_size = cfg.vocab_size
         self.wte = [wte]  # a list, so the tied weight is not registered (and counted) twice
 
+    def tied_parameters(self) -> list[nn.Parameter]:
+        """Parameters this module reads but another owns: the token embedding."""
+        return [self.wte[0].weight]
+
     def forward(self, h: torch.Tensor, targets: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         logits = self.factory.lm_logits(self.ln_f(h), self.wte[0].weight)  # (B, T, V_padded / tp)
         loss = None if targets is None else self.factory.cross_entropy(logits, targets, self.vocab_size)

@@ -38,6 +38,7 @@ def _checkpointed(forward, selective: bool):
     @functools.wraps(forward)
     def run(*args, **kwargs):
         return checkpoint(forward, *args, use_reentrant=False, **extra, **kwargs)
+    run.checkpointed = True  # not `__wrapped__`: a compiled forward (parallel.compile) has one too
     return run
 
 
@@ -47,6 +48,6 @@ def apply_activation_checkpointing(model: nn.Module, mode: str) -> list[nn.Modul
         return []
     units = list(model.checkpoint_units("blocks" if mode == "blocks" else "recurrence"))
     for unit in units:
-        if not getattr(unit.forward, "__wrapped__", None):
+        if not getattr(unit.forward, "checkpointed", False):
             unit.forward = _checkpointed(unit.forward, selective=mode == "selective")
     return units

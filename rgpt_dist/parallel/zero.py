@@ -46,6 +46,20 @@ class MegatronMPU:
         return getattr(parallel_state, self._ALIASES.get(name, name))
 
 
+def register_tied_parameters(model: torch.nn.Module) -> None:
+    """ZeRO-3 gathers a parameter in the hook of the module that owns it, or, in eager mode, when
+    another module reads it (DeepSpeed's parameter dict intercepts the access). A compiled forward
+    reads the tied embedding without that interception and would see the partitioned, empty tensor:
+    registering it as the reader's external parameter makes the reader's own hook gather it. The
+    readers are modules with `tied_parameters()` (the LM head). Call before deepspeed.initialize."""
+    use_cpu_accelerator()
+    from deepspeed.runtime.zero.partition_parameters import register_external_parameter
+
+    for module in model.modules():
+        for param in getattr(module, "tied_parameters", list)():
+            register_external_parameter(module, param)
+
+
 def init_engine(model: torch.nn.Module, optimizer, scheduler, cfg: Config, dims: ParallelDims):
     """deepspeed.initialize with our optimizer and schedule (stepped by the engine at boundaries)."""
     use_cpu_accelerator()

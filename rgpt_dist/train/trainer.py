@@ -17,6 +17,7 @@ from rgpt_dist.config.experiment import Config
 from rgpt_dist.flops import recompute_flops, train_flops
 from rgpt_dist.models.spec import spec_for
 from rgpt_dist.noise import NoiseKey
+from rgpt_dist.parallel.compile import compile_stats
 from rgpt_dist.parallel.dims import ParallelDims
 from rgpt_dist.train.checkpoint import CheckpointManager
 from rgpt_dist.train.metrics import MetricsSink, peak_flops
@@ -61,6 +62,7 @@ class Trainer:
         self.accum = cfg.train.grad_accum_steps(dims.dp)
         self.step, self.tokens = 0, 0
         self.peak, self.peak_source = peak_flops(cfg.parallel.dtype)
+        self.compiled = cfg.parallel.compile_mode() != "none"
         self._data: Iterator | None = None
 
     # ---- data -------------------------------------------------------------------------------
@@ -124,6 +126,8 @@ class Trainer:
                   "lr": self.engine.get_lr()[0], "grad_norm": float(self.engine.get_global_grad_norm() or 0.0),
                   "skipped": self._skipped_total() > skipped_before, "skipped_total": self._skipped_total()}
         record.update({k: v.tolist() for k, v in aux_sum.items()})
+        if self.compiled:  # cumulative: constant from the first steps on when nothing recompiles
+            record.update(compile_stats())
         return record
 
     def _skipped_total(self) -> int:

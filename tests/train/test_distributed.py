@@ -41,18 +41,38 @@ def reference(dataset, tmp_path_factory):
     return train(1, tmp_path_factory.mktemp("ref"), dataset, "parallel.zero_stage=1", *DP, "eval.batches=8")
 
 
-@pytest.mark.parametrize("stage", [0, 1, 2, 3])
-def test_two_ranks_match_one_rank_at_every_zero_stage(stage, dataset, reference, tmp_path):
+# regional compilation (rgpt_dist.parallel.compile) with aot_eager: dynamo's graphs, eager kernels
+COMPILED = ["parallel.compile=blocks", "parallel.compile_backend=aot_eager"]
+
+
+@pytest.mark.parametrize("stage,compiled", [(0, False), (1, False), (2, False), (3, False), (2, True)],
+                         ids=["0", "1", "2", "3", "2-compiled"])
+def test_two_ranks_match_one_rank_at_every_zero_stage(stage, compiled, dataset, reference, tmp_path):
     """docs/training.md: 2 ranks reproduce 1 rank at the same global batch at ZeRO 0-3 (relative
     2e-5): losses, and the gradient norm and validation loss, which a gradient summed instead of
-    averaged over ranks would change (AdamW hides it from the losses)."""
-    got = train(2, tmp_path, dataset, f"parallel.zero_stage={stage}", *DP, "eval.batches=4")
+    averaged over ranks would change (AdamW hides it from the losses). Compiled (ZeRO-2): the same,
+    with no graph break and nothing compiled after the first step while r changes."""
+    got = train(2, tmp_path, dataset, f"parallel.zero_stage={stage}", *DP, "eval.batches=4",
+                *(COMPILED if compiled else []))
     assert [s for s, _ in losses(got)] == [1, 2, 3, 4, 5]
+    if compiled:
+        assert_compiled_once(got, breaks=0)
     assert_same_training(got, reference, rel=2e-5, grad_norm=stage != 0)  # ZERO0_NO_GRAD_NORM
     assert losses(reference)[-1][1] < losses(reference)[0][1]  # it learns
     recs = [r for r in got if "loss" in r]
     assert all(0 < r["mfu"] <= r["hfu"] < 1 for r in recs)  # FLOPs of the depth each step ran
     assert (tmp_path / "checkpoints" / "latest").read_text() == "step_00000005"
+
+
+def assert_compiled_once(recs, breaks: int | None):
+    """A compiled run's records: everything compiled in the first step (the depth changes every
+    step after it: test_two_ranks... and `full` sample r ~ U{1..R}), with `breaks` graph breaks (None:
+    however many the first step had, none added later)."""
+    stats = [(r["compiled_frames"], r["graph_breaks"]) for r in recs if "loss" in r]
+    assert len({r["r"] for r in recs if "loss" in r}) > 1, "the depth never changed"
+    assert stats[0][0] > 0 and len(set(stats)) == 1, f"(frames, breaks) per step: {stats}"
+    if breaks is not None:
+        assert stats[0][1] == breaks, f"graph breaks: {stats[0][1]}"
 
 
 # ---- one uninterrupted run per layout, shared ---------------------------------------------------
@@ -244,14 +264,14 @@ def test_deepspeed_launcher_bf16_and_two_datasets(dataset, tmp_path):
 @pytest.fixture(scope="module")
 def tp_runs(dataset, tmp_path_factory):
     """ZeRO stage -> (run directory, records) of tp = 2 x dp = 2 on 4 processes, the `full` run's
-    settings (noise on, per-recurrence checkpointing), made on first use."""
+    settings (noise on, per-recurrence checkpointing), made on first use; ZeRO-3 compiled (blocks)."""
     made = {}
 
     def get(stage):
         if stage not in made:
             run = tmp_path_factory.mktemp(f"tp2-zero{stage}")
             made[stage] = (run, train(4, run, dataset, *RUN, "parallel.tp_size=2", f"parallel.zero_stage={stage}",
-                                      "checkpoint.every_steps=8"))
+                                      "checkpoint.every_steps=8", *(COMPILED if stage == 3 else [])))
         return made[stage]
     return get
 
@@ -266,6 +286,8 @@ def test_tp2_x_dp2_reproduces_tp1_x_dp2(stage, full, tp_runs):
     _, reference = full("zero3")
     assert [s for s, _ in losses(got)] == list(range(1, 9))
     assert_same_training(got, reference, rel=1e-5)
+    if stage == 3:  # compiled: megatron's layers and ZeRO-3's hooks break graphs (docs/performance.md)
+        assert_compiled_once(got, breaks=None)
     assert (run / "checkpoints" / "latest").read_text() == "step_00000008"
 
 
