@@ -6,22 +6,32 @@ keys and values the new tokens attend to, (B, H_local, P + T_new, head_dim), pas
 whatever the layer's (possibly tensor-parallel) qkv projection produced, so the cache never needs
 the head count.
 
-Non-shared blocks (GPT-2's blocks, RecurrentGPT's prelude and coda) append to a `LayerCache`.
+Non-shared blocks (GPT-2's blocks, RecurrentGPT's prelude and coda) append to a per-layer store.
 The shared core blocks of RecurrentGPT, run r times per forward, use one of four strategies:
 
-    full     one LayerCache per (recurrence step, core block): exact, r x the core's memory
+    full     one store per (recurrence step, core block): exact, r x the core's memory
     first    one CompressedLayerCache per core block, storing each token's step-0 K/V
     last     ... storing each token's step-(r-1) K/V
     average  ... storing each token's mean K/V over the r steps (summed in fp32, or fp64 for fp64)
 
 With a compressed cache, the new tokens of a forward attend at step i to [past tokens' stored
-K/V, their own exact step-i K/V]; the stored entry for the new tokens is appended only when the
+K/V, their own exact step-i K/V]; the stored entry for the new tokens is written only when the
 forward ends (`KVCache.end`). A prompt prefilled in one call therefore attends exactly within
 itself; only later tokens see compressed history.
 
-Storage is appended with torch.cat, so every held tensor owns exactly its storage and `nbytes()`
-is what is allocated. A cache is made for one depth r (`model.make_cache(strategy, r)`) and every
-forward on it must use that r.
+Two kinds of store:
+  * StaticLayerCache (`KVCache(max_len=...)`, what `model.make_cache` builds): K/V buffers of
+    max_len tokens, allocated by the first forward and written in place. A decode step copies only
+    its own token's K/V and allocates nothing in the cache (torch.cat would copy the whole past
+    every token, O(T^2) in all, and reallocate, which also rules out CUDA graphs). Attention gets
+    views [:, :, :P + T] of the buffers, so it sees exactly the held tokens (no padding to mask).
+    `nbytes()` is the allocated capacity.
+  * LayerCache (`KVCache()` without max_len) or any `store=` with transformers' DynamicLayer
+    interface (`keys`, `values`, appending `update`: the Hugging Face export's): appended with
+    torch.cat, so every held tensor owns exactly its storage and `nbytes()` is the tokens held.
+Both give the same outputs. A cache is made for one depth r (`model.make_cache(strategy, r)`) and
+every forward on it must use that r. The in-place writes make the static cache for inference
+under torch.no_grad() (autograd through a buffer overwritten later would fail in backward).
 """
 from __future__ import annotations
 
@@ -41,7 +51,7 @@ def _append(past: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
 
 
 class LayerCache:
-    """An ordinary per-layer cache: every token's K/V, appended as tokens arrive. `keys`/`values`
+    """A dynamic per-layer cache: every token's K/V, appended as tokens arrive. `keys`/`values`
     and `update` are the names transformers' DynamicLayer uses, so a KVCache can store its K/V in
     either (the Hugging Face export stores them in DynamicLayers, see `KVCache(store=...)`)."""
 
@@ -54,8 +64,68 @@ class LayerCache:
         return self.keys, self.values
 
 
+class StaticLayerCache:
+    """A preallocated per-layer cache of max_len tokens. The buffers (B, H_local, max_len, head_dim)
+    are allocated by the first write, taking batch, heads, head_dim, dtype and device from its k/v
+    (the cache needs no model shapes); later writes copy into [length, length + T) in place."""
+
+    def __init__(self, max_len: int):
+        self.max_len, self.length = max_len, 0
+        self.k_buf: torch.Tensor | None = None  # (B, H_local, max_len, head_dim)
+        self.v_buf: torch.Tensor | None = None
+
+    @property
+    def keys(self) -> torch.Tensor | None:
+        """The held keys, a view (B, H_local, length, head_dim) of the buffer."""
+        return None if self.k_buf is None else self.k_buf[:, :, :self.length]
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        return None if self.v_buf is None else self.v_buf[:, :, :self.length]
+
+    def buffers(self) -> list[torch.Tensor]:
+        return [] if self.k_buf is None else [self.k_buf, self.v_buf]
+
+    def _write(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Copies k, v (B, H_local, T, hd) to positions [length, length + T) without advancing
+        length; returns the views (B, H_local, length + T, hd) of everything up to them."""
+        end = self.length + k.shape[2]
+        if end > self.max_len:
+            raise ValueError(f"static KV cache of capacity max_len={self.max_len} holds {self.length} tokens; "
+                             f"{k.shape[2]} more do not fit")
+        if self.k_buf is None:
+            B, H, _, hd = k.shape
+            self.k_buf = k.new_empty((B, H, self.max_len, hd))
+            self.v_buf = v.new_empty((B, H, self.max_len, v.shape[3]))
+        elif k.shape[:2] != self.k_buf.shape[:2] or k.shape[3] != self.k_buf.shape[3]:
+            # (a batch of 1 would otherwise broadcast silently into every row)
+            raise ValueError(f"K/V of shape {tuple(k.shape)} do not fit this cache's buffers "
+                             f"{tuple(self.k_buf.shape)} (batch, heads, -, head_dim)")
+        self.k_buf[:, :, self.length:end] = k
+        self.v_buf[:, :, self.length:end] = v
+        return self.k_buf[:, :, :end], self.v_buf[:, :, :end]
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Appends k, v (B, H_local, T, hd): returns views of all held K/V, (B, H_local, P + T, hd)."""
+        out = self._write(k, v)
+        self.length += k.shape[2]
+        return out
+
+    def stage(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Like update, but the new tokens are not kept: the next stage or update overwrites them
+        unless `keep` follows. A compressed cache stages each recurrence step's exact K/V."""
+        return self._write(k, v)
+
+    def keep(self, t_new: int) -> None:
+        """Keeps the t_new tokens staged last (`last` keeps the final step's K/V without a copy)."""
+        self.length += t_new
+
+
 def _held(store: Any) -> list[torch.Tensor]:
-    """The non-empty K/V tensors a store holds."""
+    """The K/V tensors a store holds: a static store's buffers (whole capacity) once allocated, or
+    a dynamic store's non-empty keys and values."""
+    if isinstance(store, StaticLayerCache):
+        return store.buffers()
     return [t for t in (store.keys, store.values) if t is not None and t.numel() > 0]
 
 
@@ -76,8 +146,10 @@ class CompressedLayerCache:
             self._pending = (k_acc, v_acc) if self._pending is None else \
                 (self._pending[0] + k_acc, self._pending[1] + v_acc)
         elif self.strategy == "last" or self._pending is None:
-            self._pending = (k, v)
+            self._pending = (k, v)  # (views of this step's qkv output: never overwritten)
         self._steps, self._dtype = self._steps + 1, k.dtype
+        if isinstance(self.store, StaticLayerCache):  # [stored past, this step's exact K/V], in place
+            return self.store.stage(k, v)
         if not _held(self.store):
             return k, v
         return torch.cat([self.store.keys, k], dim=2), torch.cat([self.store.values, v], dim=2)
@@ -89,7 +161,10 @@ class CompressedLayerCache:
         k, v = self._pending
         if self.strategy == "average":
             k, v = (k / self._steps).to(self._dtype), (v / self._steps).to(self._dtype)
-        self.store.update(k, v)
+        if self.strategy == "last" and isinstance(self.store, StaticLayerCache):
+            self.store.keep(k.shape[2])  # the last step's K/V are the staged ones
+        else:
+            self.store.update(k, v)  # (static: overwrites the last staged step's K/V in place)
         self._pending, self._steps = None, 0
 
 
@@ -99,16 +174,26 @@ class KVCache:
 
     Protocol for a forward on T_new tokens: `past = cache.begin(T_new, r, training)` (validates,
     changes nothing), attention layers call `update` on `layers[j]` / `core_step(i)[j]`, then
-    `cache.end(T_new)` commits compressed entries and advances `length`. `store` makes each layer's
-    storage (anything with `keys`, `values` and an appending `update`): LayerCache by default.
+    `cache.end(T_new)` commits compressed entries and advances `length`.
+
+    max_len: preallocated storage of that many tokens per layer (StaticLayerCache; at most
+    block_size). Otherwise `store` makes each layer's dynamic storage (anything with `keys`,
+    `values` and an appending `update`): LayerCache by default.
     """
 
     def __init__(self, n_layers: int, n_core: int = 0, strategy: str = "full", r: int | None = None,
-                 block_size: int | None = None, store: Callable[[], Any] = LayerCache):
+                 block_size: int | None = None, store: Callable[[], Any] | None = None, max_len: int | None = None):
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown KV-cache strategy {strategy!r}; expected one of {STRATEGIES}")
-        self.strategy, self.r, self.block_size = strategy, r, block_size
+        if max_len is not None:
+            if store is not None:
+                raise ValueError("pass either max_len (a static cache) or store (dynamic storage), not both")
+            if not 1 <= max_len <= (block_size or max_len):
+                raise ValueError(f"KV cache max_len={max_len} must be in [1, block_size={block_size}]")
+            store = lambda: StaticLayerCache(max_len)  # noqa: E731
+        self.strategy, self.r, self.block_size, self.max_len = strategy, r, block_size, max_len
         self.length = 0
+        store = store or LayerCache
         self.layers = [store() for _ in range(n_layers)]
         if strategy == "full":  # [step][core block]
             self.core = [[store() for _ in range(n_core)] for _ in range(r or 0)]
@@ -128,6 +213,9 @@ class KVCache:
                              "make a new cache (model.make_cache(strategy, r)) for another depth")
         if self.block_size is not None and self.length + t_new > self.block_size:
             raise ValueError(f"KV cache holds {self.length} tokens; {t_new} more exceed block_size={self.block_size}")
+        if self.max_len is not None and self.length + t_new > self.max_len:
+            raise ValueError(f"KV cache holds {self.length} tokens; {t_new} more exceed its capacity "
+                             f"max_len={self.max_len} (make_cache(..., max_len=) sets it)")
         return self.length
 
     def end(self, t_new: int) -> None:
@@ -142,9 +230,11 @@ class KVCache:
         return self.layers + [getattr(c, "store", c) for step in self.core for c in step]
 
     def tensors(self) -> list[torch.Tensor]:
-        """Every K/V tensor held."""
+        """Every K/V tensor held: a static cache's whole buffers, a dynamic cache's held tokens."""
         return [t for store in self.stores() for t in _held(store)]
 
     def nbytes(self) -> int:
-        """Exact bytes of the K/V tensors held (each owns its storage: see `_append`)."""
+        """Bytes of K/V storage held. Static (max_len): the allocated capacity, B x H x max_len x
+        head_dim per buffer from the first forward on (0 before it), however many tokens are held.
+        Dynamic: exactly the tokens held (each tensor owns its storage: see `_append`)."""
         return sum(t.numel() * t.element_size() for t in self.tensors())

@@ -95,3 +95,56 @@ def test_mode_restored_and_block_size_checked():
     generate(model, tokens(cfg, cfg.block_size - 3), 4)  # the 4th new token is never fed back
     with pytest.raises(ValueError, match="block_size=48"):
         generate(model, tokens(cfg, cfg.block_size - 3), 5)
+
+
+def captured(model, monkeypatch):
+    """Every cache `model.make_cache` returns (generate() makes one and does not return it), and
+    after each forward on it, the (id, data_ptr) of its K/V buffers."""
+    made, after = [], []
+    original = model.make_cache
+    monkeypatch.setattr(model, "make_cache", lambda *a, **k: made.append(original(*a, **k)) or made[-1])
+    model.register_forward_hook(lambda *_: after.append([(id(t), t.data_ptr()) for t in made[-1].tensors()]))
+    return made, after
+
+
+@torch.no_grad()
+def greedy_dynamic(model, prompt, n, strategy, r=None):
+    """Greedy decoding with the dynamic (torch.cat) cache: generate()'s behaviour before the static one."""
+    from tests.models.test_kv_cache import dynamic_cache
+
+    cache, out, new = dynamic_cache(model, strategy, r), prompt, prompt
+    for _ in range(n):
+        new = model(new, cache=cache, **({} if r is None else {"r": r})).logits[:, -1, :model.cfg.vocab_size]
+        new = new.argmax(-1, keepdim=True)
+        out = torch.cat([out, new], dim=1)
+    return out
+
+
+@pytest.mark.parametrize("family,strategy", [("gpt2", "full")] + [("recurrent_gpt", s) for s in STRATEGIES])
+def test_static_cache_generation_equals_dynamic_and_is_allocated_once(family, strategy, monkeypatch):
+    """generate() decodes with a static cache sized to the fed tokens (prompt + new - 1), allocated
+    by the prefill and never again, and produces the dynamic cache's tokens."""
+    from rgpt_dist.flops import kv_cache_bytes
+    from rgpt_dist.models.kv_cache import StaticLayerCache
+
+    model, cfg = make(family)
+    r = None if family == "gpt2" else R
+    prompt = tokens(cfg, 5)
+    expected = greedy_dynamic(model, prompt, NEW, strategy, r)
+    made, after = captured(model, monkeypatch)
+    out = generate(model, prompt, NEW, r=r, strategy=strategy)
+    assert torch.equal(out, expected)
+    assert_varied(out, 5)
+    (cache,) = made
+    assert cache.max_len == cache.length == 5 + NEW - 1
+    assert all(isinstance(s, StaticLayerCache) for s in cache.stores())
+    assert len(after) == NEW and all(a == after[0] for a in after) and after[0]  # same buffers every step
+    assert cache.nbytes() == kv_cache_bytes(cfg, 2, 5 + NEW - 1, strategy, r, 4)
+
+
+def test_eos_stop_returns_a_contiguous_prefix():
+    model, cfg = make()
+    prompt = tokens(cfg, 5)
+    eos = int(generate(model, prompt[:1], NEW)[0, 7])
+    out = generate(model, prompt[:1], NEW, eos_token_id=eos)
+    assert out.shape[1] < 5 + NEW and out.is_contiguous() and out[0, -1] == eos
