@@ -54,8 +54,15 @@ class ParallelConfig(Section):
 
     zero_stage: int = 2
     """DeepSpeed ZeRO stage: 0 (DDP-like), 1 (optimizer states), 2 (+gradients), 3 (+parameters)."""
-    dtype: Literal["fp32", "bf16"] = "bf16"
-    """Compute precision (bf16 mixed precision with fp32 master weights, or fp32)."""
+    dtype: Literal["fp32", "bf16", "bf16-autocast"] = "bf16"
+    """Precision (docs/performance.md, "Precision"). fp32: weights, compute, gradients and their
+    reduction in fp32. bf16: DeepSpeed's bf16 mode: bf16 module weights, activations and gradients
+    (the whole residual stream and RecurrentGPT's gate lerp in bf16), fp32 master weights and
+    optimizer states inside DeepSpeed's optimizer. bf16-autocast: the paper's (nanoGPT's) mixed
+    precision: fp32 weights, optimizer states and gradients, reduced across ranks in fp32; the
+    forward (training and evaluation) under torch.autocast(bfloat16), so matmuls and attention run
+    in bf16 while the residual stream, layer norms, softmax and loss stay fp32 (DeepSpeed's
+    `torch_autocast` section)."""
     activation_checkpointing: Literal["none", "recurrence", "selective", "blocks"] = "recurrence"
     """Recompute activations in backward: none; recurrence = each step of the shared core (or each
     block of a dense model) whole; selective = the same units, keeping matmul and attention outputs

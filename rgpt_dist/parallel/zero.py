@@ -18,7 +18,16 @@ def use_cpu_accelerator() -> None:
 
 
 def ds_config(cfg: Config, dims: ParallelDims) -> dict[str, Any]:
+    """The DeepSpeed config of a run. Precision (parallel.dtype): `bf16` is DeepSpeed's bf16 mode
+    (module weights cast to bf16, fp32 masters in its optimizer); `bf16-autocast` leaves bf16 mode off
+    (fp32 weights, optimizer and gradients, as fp32) and turns on DeepSpeed's `torch_autocast`
+    section: the engine runs every forward under torch.autocast(bfloat16) on its accelerator's device
+    type ("cpu" with DS_ACCELERATOR=cpu). `lower_precision_safe_modules` names the module classes
+    whose gradients (and, under ZeRO-3, gathered weights) DeepSpeed communicates in bf16: none here,
+    so every reduction is fp32 like the paper's DDP (its default, torch.nn.Linear, matches by exact
+    class and so would not reach our Linear subclass or megatron's layers anyway)."""
     t, p = cfg.train, cfg.parallel
+    autocast = {"torch_autocast": {"enabled": True, "dtype": "bfloat16", "lower_precision_safe_modules": []}}
     return {
         "train_micro_batch_size_per_gpu": t.micro_batch_size,
         "gradient_accumulation_steps": t.grad_accum_steps(dims.dp),
@@ -26,6 +35,7 @@ def ds_config(cfg: Config, dims: ParallelDims) -> dict[str, Any]:
         "gradient_clipping": t.grad_clip,
         "zero_optimization": {"stage": p.zero_stage},
         "bf16": {"enabled": p.dtype == "bf16"},
+        **(autocast if p.dtype == "bf16-autocast" else {}),
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
         "zero_allow_untested_optimizer": True,

@@ -29,12 +29,14 @@ GPU_PEAK_BF16 = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12, "L40S": 362
 
 
 def peak_flops(dtype: str) -> tuple[float, str]:
-    """(FLOP/s, source): the datasheet bf16 peak of a known GPU, else an fp32 matmul timed here."""
+    """(FLOP/s, source): the datasheet bf16 peak of a known GPU, else an fp32 matmul timed here.
+    dtype: parallel.dtype; bf16 and bf16-autocast (whose matmuls run in bf16) get the bf16 peak,
+    fp32 half of it (TF32 tensor cores)."""
     if torch.cuda.is_available():
         name = torch.cuda.get_device_name()
         for key, peak in GPU_PEAK_BF16.items():
             if key in name:
-                return (peak if dtype == "bf16" else peak / 2), f"{name} datasheet"
+                return (peak if dtype in ("bf16", "bf16-autocast") else peak / 2), f"{name} datasheet"
     n = 1024
     a, b = torch.randn(n, n), torch.randn(n, n)
     best = float("inf")

@@ -13,6 +13,10 @@ BASE = ["train.seq_len=32", "train.micro_batch_size=2", "train.global_batch_size
         "train.lr=3e-3", "parallel.dtype=fp32", "parallel.activation_checkpointing=recurrence", "log.every_steps=1",
         "log.wandb=disabled"]
 COMMON = ["model.n_loops=4", "model.r_min=1", *BASE]
+# data parallelism: noise off (the noise key holds the dp rank), evaluation of the same 16 validation
+# samples: 2 ranks x 4 micro-batches of 2, or 1 rank x 8 (streaming's global order does not depend on
+# the number of ranks); the one-process run is tests/train/conftest.py's `reference`
+DP = ["model.sigma_x=0", "model.sigma_g=0", "train.max_steps=5", "eval.every_steps=5", "checkpoint.every_steps=5"]
 
 
 def prepare_dataset(out: Path) -> Path:

@@ -22,7 +22,7 @@ CASES = [
     (["train.global_batch_size=7"], "train.global_batch_size=7 is not a multiple of train.micro_batch_size=2"),
     (["train.global_batch_size=6"], "train.global_batch_size=6 is not divisible by train.micro_batch_size=2 x 4 data-parallel ranks"),
     (["parallel.zero_stage=4"], "parallel.zero_stage=4 must be 0, 1, 2 or 3"),
-    (["parallel.dtype=fp16"], "parallel.dtype='fp16' is not one of ['fp32', 'bf16']"),
+    (["parallel.dtype=fp16"], "parallel.dtype='fp16' is not one of ['fp32', 'bf16', 'bf16-autocast']"),
     (["parallel.activation_checkpointing=all"], "parallel.activation_checkpointing='all' is not one of"),
     (["data.paths=[/no/such/dir]"], "data.paths[0]='/no/such/dir': no train/index.json"),
     (["data.paths=[]"], "data.paths is empty"),

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from tests.helpers.dist import ROOT
-from tests.helpers.runs import (COMMON, assert_same_training, launch, losses, newest_complete_checkpoint,
+from tests.helpers.runs import (COMMON, DP, assert_same_training, launch, losses, newest_complete_checkpoint,
                                 plant_stale_records, reached, records, resumed_line, train, trajectory)
 
 pytestmark = pytest.mark.slow
@@ -28,17 +28,8 @@ ZERO0_NO_GRAD_NORM = ("library bug: at ZeRO-0 (fp32) DeepSpeed clips through eng
                       "drops the norm, our AdamW has no _global_grad_norm, so engine.get_global_grad_norm() is None "
                       "and the trainer logs grad_norm 0.0 at every step")
 
-# data parallelism: noise off (the noise key holds the dp rank), evaluation of the same 16 validation
-# samples: 2 ranks x 4 micro-batches of 2, or 1 rank x 8 (streaming's global order does not depend on
-# the number of ranks)
-DP = ["model.sigma_x=0", "model.sigma_g=0", "train.max_steps=5", "eval.every_steps=5", "checkpoint.every_steps=5"]
-
-
-@pytest.fixture(scope="module")
-def reference(dataset, tmp_path_factory):
-    """One process, noise off: the run every data-parallel layout must reproduce. ZeRO-1, not 0: on
-    one rank it is plain AdamW too, and it logs the gradient norm (ZERO0_NO_GRAD_NORM)."""
-    return train(1, tmp_path_factory.mktemp("ref"), dataset, "parallel.zero_stage=1", *DP, "eval.batches=8")
+# DP (tests/helpers/runs.py): noise off, 5 steps; `reference` (tests/train/conftest.py): its run on
+# one process, shared with tests/train/test_autocast.py
 
 
 # regional compilation (rgpt_dist.parallel.compile) with aot_eager: dynamo's graphs, eager kernels
