@@ -2,8 +2,9 @@
 
 `blocks` (regional compilation) compiles the `forward` of every transformer `Block` and of the
 `LMHead` in place: the state dict keeps its names (checkpoints and exports do not change), and the
-module's hooks stay outside the graph (under ZeRO-3 each unit is also a DeepSpeed "leaf", whose hook
-gathers all its parameters before the compiled forward runs: rgpt_dist.parallel.zero).
+module's own hooks stay outside the graph. Under ZeRO-3 the submodules' gathering hooks run inside
+it as graph breaks, and the head's tied embedding is registered for its hook to gather
+(rgpt_dist.parallel.zero.register_tied_parameters; docs/parallelism.md has the counts).
 The recurrence loop, the depth r, the keyed noise and the family's step arithmetic stay eager
 around them: a Block computes the same function at every depth and every step of the shared core,
 so a new r every optimizer step compiles nothing new. All Blocks share one code object and dynamo
