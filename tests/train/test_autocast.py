@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from rgpt_dist.export.consolidate import consolidate
+from rgpt_dist.safe_load import load_pt
 from tests.helpers.runs import DP, train
 
 pytestmark = pytest.mark.slow
@@ -29,7 +30,7 @@ def test_zero2_bf16_autocast_trains_like_fp32_with_fp32_weights(dataset, referen
 
     c = consolidate(tmp_path)
     assert c.step == 5 and c.source == "fp32 master weights (ZeRO-2, tp=1, bf16-autocast)"
-    module = torch.load(c.tag_dir / "mp_rank_00_model_states.pt", weights_only=False)["module"]  # our own file
+    module = load_pt(c.tag_dir / "mp_rank_00_model_states.pt")["module"]  # the project's restricted loader
     assert set(module) == set(c.state_dict)
     for k, v in module.items():
         assert v.dtype == torch.float32 and torch.equal(v, c.state_dict[k]), k
