@@ -2,6 +2,7 @@
 
     rgpt-eval curve runs/quickstart --out eval/quickstart                 # loss at R* = 0..2R, FLOPs, plots
     rgpt-eval curve exports/x --depths 0,1,2,4,8 --data data/python-stdlib --batches 20 --out eval/x
+    rgpt-eval curve exports/ouro --exit-thresholds 0.3,0.5,0.9 --out eval/ouro   # + per-token exits (Ouro)
     rgpt-eval diagnostics runs/quickstart --out eval/quickstart           # per-step KL, gates, CKA, heatmap
     rgpt-eval lm-eval exports/x --tasks rgpt_example --depths 1,4,8 --out eval/x   # accuracy vs R*
     rgpt-eval lm-eval exports/x --tasks hellaswag,arc_easy --out eval/x   # standard tasks (downloads data)
@@ -24,6 +25,10 @@ def _ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",") if v.strip()]
 
 
+def _floats(text: str) -> list[float]:
+    return [float(v) for v in text.split(",") if v.strip()]
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rgpt-eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
@@ -39,6 +44,9 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--trust-checkpoint", action="store_true",
                        help="UNSAFE: load checkpoint files that need full unpickling (runs code the file names)")
     sub.choices["curve"].add_argument("--depths", type=_ints, help="comma-separated R* values (default 0..2R)")
+    sub.choices["curve"].add_argument("--exit-thresholds", type=_floats,
+                                      help="families with a learned exit (Ouro): comma-separated thresholds q of the "
+                                           "per-token exit (default: the model's exit_threshold)")
     sub.choices["diagnostics"].add_argument("--r", type=int, help="depth to diagnose (default R)")
     s = sub.add_parser("lm-eval", help="lm-evaluation-harness on OUT/hf, optionally over depths")
     s.add_argument("export", help="rgpt-export directory (or its hf/ directory)")
@@ -81,13 +89,25 @@ def _model_and_batches(args):
 
 def curve(args) -> Path:
     from rgpt_dist.eval.early_exit import early_exit_curve, write_curve
+    from rgpt_dist.models.spec import spec_for
 
     model, batches, record = _model_and_batches(args)
+    learned_exit = spec_for(model.cfg).learned_exit
+    if args.exit_thresholds and not learned_exit:
+        raise ValueError(f"{args.source} is a {model.cfg.family} model: --exit-thresholds needs a learned exit (Ouro)")
     rows = early_exit_curve(model, batches, args.depths)
     out = Path(args.out)
     write_curve(rows, out, f"{args.source} (step {record.get('step')})")
     for row in rows:
         print(f"R*={row['depth']}  loss {row['loss']:.4f}  GFLOPs/token {row['flops_per_token'] / 1e9:.4f}")
+    if learned_exit:
+        from rgpt_dist.eval.learned_exit import threshold_exit_rows, write_threshold_exits
+
+        exits = threshold_exit_rows(model, batches, args.exit_thresholds or [model.cfg.exit_threshold])
+        write_threshold_exits(exits, out)
+        for row in exits:
+            print(f"exit q={row['threshold']}  loss {row['loss']:.4f}  mean depth {row['mean_depth']:.2f}  "
+                  f"GFLOPs/token {row['flops_per_token'] / 1e9:.4f} ({row['flops_vs_depth_R']:.3f} of depth R)")
     return out
 
 

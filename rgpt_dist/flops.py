@@ -89,8 +89,9 @@ def expected_depth(cfg: ModelConfig) -> float | None:
 
 
 def train_flops(cfg: ModelConfig, seq_len: int, r: float | None = None) -> float:
-    """Training FLOPs per token at depth r (head included): 3 x forward, less the backward of the
-    steps truncated backprop runs without autograd. r=None: the expectation over the family's
+    """Training FLOPs per token at depth r (head included): 3 x forward, plus 3 x the readouts
+    training adds (Ouro's every iteration), less the backward of the steps truncated backprop runs
+    without autograd. r=None: the expectation over the family's
     depth sampler (E[r] itself where that is linear)."""
     spec = spec_for(cfg)
     if r is None:
@@ -98,7 +99,9 @@ def train_flops(cfg: ModelConfig, seq_len: int, r: float | None = None) -> float
         if sampler is not None:
             return sum(p * train_flops(cfg, seq_len, k) for k, p in sampler.pmf().items())
     full = 3.0 * (forward_flops(cfg, seq_len, r) + head_flops(cfg))
-    return full - (2.0 * spec.no_grad_forward_flops(cfg, seq_len, r) if r is not None else 0.0)
+    if r is None:
+        return full
+    return full + 3.0 * spec.train_readout_flops(cfg, seq_len, r) - 2.0 * spec.no_grad_forward_flops(cfg, seq_len, r)
 
 
 @dataclasses.dataclass

@@ -61,9 +61,19 @@ class LayerFactory:
         return F.linear(h, weight)
 
     def cross_entropy(self, logits: torch.Tensor, targets: torch.Tensor, vocab_size: int) -> torch.Tensor:
-        """Mean next-token loss in fp32 over the real vocabulary (padding rows of the embedding never
-        take probability mass); targets of -1 are ignored."""
-        return F.cross_entropy(logits[..., :vocab_size].flatten(0, -2).float(), targets.flatten(), ignore_index=-1)
+        """Mean next-token loss in fp32 (fp64 for fp64 logits) over the real vocabulary (padding rows
+        of the embedding never take probability mass); targets of -1 are ignored."""
+        logits = logits[..., :vocab_size].flatten(0, -2)
+        return F.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), targets.flatten(),
+                               ignore_index=-1)
+
+    def token_losses(self, logits: torch.Tensor, targets: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        """(B, T, V) logits, (B, T) targets -> (B, T) next-token losses in fp32 (or the logits'
+        wider dtype) over the real vocabulary, 0 where the target is -1 (for objectives that weight tokens, e.g. Ouro's exits)."""
+        logits = logits[..., :vocab_size].flatten(0, -2)
+        losses = F.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), targets.flatten(),
+                                 ignore_index=-1, reduction="none")
+        return losses.view(targets.shape)
 
 
 @dataclasses.dataclass

@@ -55,6 +55,9 @@ class FamilySpec:
     """Whether forward takes a depth r (and all_exits): the early-exit curve exists."""
     diagnostics: ClassVar[bool] = False
     """Whether `rgpt-eval diagnostics` applies (RecurrentGPT's per-step gate and state statistics)."""
+    learned_exit: ClassVar[bool] = False
+    """Whether the model decides per token when to stop (Ouro's exit gate): its model has
+    `exit_at_threshold(idx, targets, q)` and the spec `exit_flops(cfg, seq_len, depth)`."""
 
     # ---- construction ----------------------------------------------------------------------
     def build(self, cfg: Any, factory: Any = None) -> Any:
@@ -115,6 +118,11 @@ class FamilySpec:
     def no_grad_forward_flops(self, cfg: Any, seq_len: int, r: int) -> float:
         """Forward FLOPs per token at depth r that run without autograd (truncated backprop): they
         have no backward, so a training step costs 3 x forward minus 2 x these."""
+        return 0.0
+
+    def train_readout_flops(self, cfg: Any, seq_len: int, r: int) -> float:
+        """Forward FLOPs per token (with backward) that training runs beyond the inference forward
+        at depth r: Ouro's readout of every iteration, not only the last."""
         return 0.0
 
     def recompute_flops(self, cfg: Any, seq_len: int, r: float | None, mode: str) -> float:

@@ -89,6 +89,11 @@ class TensorParallelFactory(LayerFactory):
     def cross_entropy(self, logits: torch.Tensor, targets: torch.Tensor, vocab_size: int) -> torch.Tensor:
         """Vocabulary-parallel cross-entropy on this rank's logit shard; padding columns (ids >=
         vocab_size) are masked, targets of -1 ignored."""
+        valid = targets >= 0
+        return self.token_losses(logits, targets, vocab_size).sum() / valid.sum()
+
+    def token_losses(self, logits: torch.Tensor, targets: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        """Per-token (B, T) vocabulary-parallel cross-entropy, 0 where the target is -1."""
         shard = logits.shape[-1]
         first = self.tp_rank * shard
         if first + shard > vocab_size:
@@ -96,6 +101,5 @@ class TensorParallelFactory(LayerFactory):
             logits = logits.masked_fill(pad, float("-inf"))
         # megatron's cross-entropy works in place on its input: never hand it the logits we return
         work = logits.clone() if logits.dtype == torch.float32 else logits.float()
-        valid = targets >= 0
         losses = tensor_parallel.vocab_parallel_cross_entropy(work, targets.clamp(min=0))
-        return (losses * valid).sum() / valid.sum()
+        return losses * (targets >= 0)

@@ -161,22 +161,24 @@ def test_real_grid_cells_carry_the_paper_columns(tmp_path):
     assert big["paper_params"] == paper_table1()["recurrentgpt-large-isoparams"][0]
     assert rows["gpt2-medium-20k"]["train_flops_total"] == pytest.approx(
         train_flops(load_config("gpt2-medium").model, 1024) * 480 * 1024 * 20000)
-    assert len(grid()) == 2 * (8 + 5 + 3) and all(r["status"] == RUNNING for r in rows.values())
+    assert len(grid()) == 2 * (8 + 5 + 3 + 3) and all(r["status"] == RUNNING for r in rows.values())
 
 
 def test_competitors_take_their_table1_rows(tmp_path):
-    """Within a cell: the dense baseline, then Table 1's method order (Poisson, RRT, RecurrentGPT);
-    RRT's paper Params carry '+LoRA'."""
+    """Within a cell: the dense baseline, then Table 1's method order (Poisson, Ouro, RRT,
+    RecurrentGPT); RRT's paper Params carry '+LoRA'."""
     root = tmp_path / "runs"
-    cell = ["gpt2-small-20k", "recurrentgpt-small-isoflops-20k", "poisson-small-isoflops-20k", "rrt-small-isoflops-20k"]
+    cell = ["gpt2-small-20k", "recurrentgpt-small-isoflops-20k", "poisson-small-isoflops-20k", "rrt-small-isoflops-20k",
+            "ouro-small-isoflops-20k"]
     for path in write_yaml(tmp_path / "configs"):
         if path.stem in cell:
             (root / path.stem).mkdir(parents=True)
             (root / path.stem / "config.yaml").write_text(load_config(path).to_yaml())
     rows = summarize(root)
-    assert [r["method"] for r in rows] == ["GPT-2", "Heavy-tail Poisson", "RRT", "RecurrentGPT"]
+    assert [r["method"] for r in rows] == ["GPT-2", "Heavy-tail Poisson", "Ouro", "RRT", "RecurrentGPT"]
     assert {r["setting"] for r in rows[1:]} == {"isoFLOPs"} and rows[0]["setting"] == "dense"
     assert by_name(rows)["poisson-small-isoflops-20k"]["paper_val_loss"] == 3.23
+    assert by_name(rows)["ouro-small-isoflops-20k"]["paper_val_loss"] == 3.19
     table = markdown(rows)
     assert "36M+LoRA, 3.14" in table and "Heavy-tail Poisson small (`poisson-small-isoflops-20k`)" in table
 

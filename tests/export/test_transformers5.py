@@ -37,6 +37,7 @@ FAMILIES = {
     "recurrent_gpt": spec_for("recurrent_gpt").config(**LOOPED),
     "poisson": spec_for("poisson").config(**LOOPED, k_max=2),
     "relaxed": spec_for("relaxed").config(**LOOPED, lora_rank=4, lora_alpha=4.0),
+    "ouro": spec_for("ouro").config(**LOOPED),
 }
 LOOPED_FAMILIES = [f for f in FAMILIES if f != "gpt2"]
 N_NEW = 10

@@ -218,3 +218,47 @@ def relaxed_logits(sd, cfg, idx, r):
         h = block(h, sd, f"coda.{i}.", cfg.n_head, eps)
     h = layer_norm(h, sd["head.ln_f.weight"], sd["head.ln_f.bias"], eps)
     return h @ sd["embed.wte.weight"].T
+
+
+def ouro_readouts(sd, cfg, idx, targets, r):
+    """Ouro (SPEC section 4), written out: s^(t) = core(s^(t-1)) from s^(0) = prelude output; every
+    iteration read out through coda + head. Returns per iteration t = 1..r the token losses (B, T)
+    (explicit log-softmax over the real vocabulary) and the exit gate lambda_t (B, T)."""
+    eps = cfg.ln_eps
+    T = idx.shape[1]
+    s = sd["embed.wte.weight"][idx] + sd["embed.wpe.weight"][:T]
+    for i in range(cfg.n_pre):
+        s = block(s, sd, f"prelude.{i}.", cfg.n_head, eps)
+    losses, lambdas = [], []
+    for _ in range(r):
+        for i in range(cfg.n_rec):
+            s = block(s, sd, f"recurrence.blocks.{i}.", cfg.n_head, eps)
+        c = s
+        for i in range(cfg.n_coda):
+            c = block(c, sd, f"coda.{i}.", cfg.n_head, eps)
+        z = layer_norm(c, sd["head.ln_f.weight"], sd["head.ln_f.bias"], eps) @ sd["embed.wte.weight"][:cfg.vocab_size].T
+        logp = z - torch.logsumexp(z, dim=-1, keepdim=True)
+        losses.append(-logp.gather(-1, targets[..., None]).squeeze(-1))
+        g = layer_norm(c, sd["exits.gate.ln.weight"], sd["exits.gate.ln.bias"], eps) @ sd["exits.gate.proj.weight"][0]
+        lambdas.append(torch.sigmoid(g + sd["exits.gate.proj.bias"][0]))
+    return losses, lambdas
+
+
+def ouro_exit_probs(lambdas):
+    """p(t) = lambda_t prod_{j<t} (1 - lambda_j) for t < r, and p(r) = prod_{j<r} (1 - lambda_j)."""
+    r, out = len(lambdas), []
+    for t in range(r):
+        stay = torch.ones_like(lambdas[0])
+        for j in range(t):
+            stay = stay * (1 - lambdas[j])
+        out.append(stay * lambdas[t] if t < r - 1 else stay)
+    return out
+
+
+def ouro_objective(sd, cfg, idx, targets, r):
+    """(J, CE_r): J = mean over tokens of sum_t p(t) CE_t - beta H(p), H = -sum_t p(t) log p(t)."""
+    losses, lambdas = ouro_readouts(sd, cfg, idx, targets, r)
+    p = ouro_exit_probs(lambdas)
+    expected = sum(pt * lt for pt, lt in zip(p, losses))
+    entropy = -sum(pt * torch.log(pt) for pt in p)
+    return (expected - cfg.entropy_beta * entropy).mean(), losses[-1].mean()

@@ -1,0 +1,54 @@
+"""Per-token exits at a threshold, for families that learn when to stop (Ouro's exit gate): the loss
+of every token at the iteration it leaves, the depths it leaves at, and the compute those exits
+spend, per threshold q. Written by `rgpt-eval curve` beside the fixed-depth curve."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import torch
+
+from rgpt_dist.models.spec import spec_for
+
+
+@torch.no_grad()
+def threshold_exit_rows(model: torch.nn.Module, batches: list, thresholds: list[float]) -> list[dict]:
+    """One row per q: mean loss at the exits, mean and histogram of the exit depth (1..R), and the
+    forward FLOPs per token they spend (the spec's exit_flops averaged over the tokens), beside the
+    fixed-depth forward at R."""
+    model.eval()
+    cfg, seq_len = model.cfg, batches[0][0].shape[1]
+    spec = spec_for(cfg)
+    if not spec.learned_exit:
+        raise ValueError(f"{spec.title} has no learned exit: per-token exit thresholds do not apply")
+    R = spec.default_depth(cfg)
+    full = spec.exit_flops(cfg, seq_len, R)
+    rows = []
+    for q in thresholds:
+        loss_sum, counts = 0.0, torch.zeros(R + 1, dtype=torch.float64)
+        for x, y in batches:
+            depth, loss = model.exit_at_threshold(x, y, q)
+            valid = y >= 0
+            loss_sum += float(loss[valid].double().sum())
+            counts += torch.bincount(depth[valid].cpu(), minlength=R + 1).double()
+        n = float(counts.sum())
+        flops = sum(float(c) * spec.exit_flops(cfg, seq_len, t) for t, c in enumerate(counts) if c) / n
+        rows.append({"threshold": q, "loss": loss_sum / n, "mean_depth": float((counts * torch.arange(R + 1)).sum()) / n,
+                     "depth_fraction": (counts[1:] / n).tolist(), "flops_per_token": flops,
+                     "flops_vs_depth_R": flops / full, "tokens": int(n), "train_depth": R})
+    return rows
+
+
+def write_threshold_exits(rows: list[dict], out_dir: Path) -> list[Path]:
+    """exit_threshold.csv (depth fractions as one column each) and exit_threshold.json in out_dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / "exit_threshold.csv", out_dir / "exit_threshold.json"]
+    flat = [{**{k: v for k, v in row.items() if k != "depth_fraction"},
+             **{f"exit_at_{t + 1}": f for t, f in enumerate(row["depth_fraction"])}} for row in rows]
+    with open(paths[0], "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(flat[0]))
+        writer.writeheader()
+        writer.writerows(flat)
+    paths[1].write_text(json.dumps(rows, indent=1) + "\n")
+    return paths

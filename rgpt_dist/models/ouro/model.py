@@ -1,0 +1,165 @@
+"""Ouro (Zhu et al. 2025; SPEC section 4) on the shared prelude/core/coda skeleton
+(rgpt_dist.models.looped): the core is looped on its own output and every iteration is read out.
+
+    h_pre   = prelude(wte(idx) + wpe(pos))                    (B, T, d)
+    s^(0)   = h_pre
+    step t  = 1..r:  s^(t) = core(s^(t-1))                    n_rec shared blocks: no injection, no gate
+    exit t:  c_t = coda(s^(t));  logits_t = head(c_t)         the shared readout, (B, T, V)
+             lambda_t = sigmoid(w . LN(c_t) + b),  lambda_r = 1   the exit gate, (B, T)
+    p(t)    = lambda_t prod_{j<t} (1 - lambda_j)              per token; p(r) is the remaining mass
+    J       = mean over tokens of  sum_t p(t) CE_t - beta H(p),   H(p) = -sum_t p(t) log p(t)
+
+Training (targets and no cache) reads out every iteration: it returns loss = CE_r, the final exit
+(what every family logs and is compared on), and aux['aux_loss'] = J - CE_r, so that the trainer's
+loss + aux_loss is J; aux['stats'] holds per iteration the mean exit probability, the mean gate and
+the loss. Evaluation and decoding at a fixed depth r are the skeleton's (one readout, the KV cache
+exact). `exit_at_threshold` evaluates the per-token exit of Ouro's inference: a token leaves at the
+first iteration whose cumulative exit probability reaches q.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from rgpt_dist.models.kv_cache import LayerCache
+from rgpt_dist.models.layers import Block, LayerFactory, ModelOutput, layer_norm
+from rgpt_dist.models.looped import LoopedLM
+from rgpt_dist.models.ouro.config import OuroConfig
+from rgpt_dist.noise import NoiseKey
+
+
+class LoopedCore(nn.Module):
+    """One iteration: s_next = core(s), the n_rec shared blocks on the previous state alone."""
+
+    def __init__(self, cfg: OuroConfig, factory: LayerFactory, out_std: float):
+        super().__init__()
+        self.blocks = nn.ModuleList(Block(cfg, factory, out_std) for _ in range(cfg.n_rec))
+
+    def forward(self, s: torch.Tensor, anchor: None, i: int, key: NoiseKey | None,
+                caches: list[LayerCache] | None = None, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
+        """s: (B, T, d); anchor, key: unused (no injection, no noise); caches: this step's K/V
+        cache of each core block, or None; mask: for padded batches."""
+        for block, cache in zip(self.blocks, caches or [None] * len(self.blocks)):
+            s = block(s, cache, None, mask)
+        return s, None
+
+
+class ExitGate(nn.Module):
+    """lambda_t's logit w . LN(c_t) + b: (B, T, d) -> (B, T) in fp32 (or
+    wider). Replicated under tensor
+    parallelism (its input, the coda's output, is)."""
+
+    def __init__(self, cfg: OuroConfig, factory: LayerFactory):
+        super().__init__()
+        self.ln = layer_norm(cfg)
+        self.proj = factory.linear(cfg.d_model, 1, bias=True, parallel="none", init_std=cfg.init_std)
+        with torch.no_grad():
+            self.proj.bias.fill_(cfg.exit_bias_init)
+
+    def forward(self, c: torch.Tensor) -> torch.Tensor:
+        z = self.proj(self.ln(c)).squeeze(-1)
+        return z.to(torch.promote_types(z.dtype, torch.float32))
+
+
+class ExitReadout(nn.Module):
+    """One iteration's exit in training: coda, shared head, per-token loss and exit gate. A unit of
+    its own so that activation checkpointing recomputes it in backward instead of holding r sets of
+    (B, T, V) logits. The coda and head are the skeleton's (owned and named there, not here)."""
+
+    def __init__(self, cfg: OuroConfig, factory: LayerFactory, coda: nn.ModuleList, head: nn.Module):
+        super().__init__()
+        self.gate = ExitGate(cfg, factory)
+        self.factory, self.vocab_size = factory, cfg.vocab_size
+        self._readout = [coda, head]  # a list: not registered (and counted) twice
+
+    def forward(self, s: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None,
+                with_gate: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """s: (B, T, d) -> (logits (B, T, V), per-token loss (B, T), gate logit (B, T) or None)."""
+        coda, head = self._readout
+        c = s
+        for block in coda:
+            c = block(c, None, None, mask)
+        logits, _ = head(c, None)
+        losses = self.factory.token_losses(logits, targets, self.vocab_size)
+        return logits, losses, self.gate(c) if with_gate else None
+
+
+def exit_log_probs(gate_logits: torch.Tensor) -> torch.Tensor:
+    """(r - 1, B, T) logits of lambda_1..lambda_{r-1} -> (r, B, T) log p(t), in log space:
+    log p(t) = log lambda_t + sum_{j<t} log(1 - lambda_j), with lambda_r = 1."""
+    zero = gate_logits.new_zeros((1, *gate_logits.shape[1:]))
+    stay = torch.cat([zero, F.logsigmoid(-gate_logits).cumsum(0)])          # sum_{j<t} log(1 - lambda_j)
+    return stay + torch.cat([F.logsigmoid(gate_logits), zero])               # + log lambda_t
+
+
+class OuroGPT(LoopedLM):
+    def __init__(self, cfg: OuroConfig, factory: LayerFactory | None = None):
+        factory = factory or LayerFactory()
+        super().__init__(cfg, factory, lambda factory, out_std: LoopedCore(cfg, factory, out_std))
+        # created after the skeleton, so that a seed initialises the shared modules as in every family
+        self.exits = ExitReadout(cfg, factory, self.coda, self.head)
+
+    def start(self, h_pre: torch.Tensor, r: int, noise_key: NoiseKey | None, past: int, positions=None):
+        return h_pre, None
+
+    def checkpoint_units(self, mode: str) -> list[nn.Module]:
+        """The skeleton's units and the training readout of every iteration."""
+        return super().checkpoint_units(mode) + [self.exits]
+
+    def _iterate(self, idx: torch.Tensor, targets: torch.Tensor, r: int, mask, positions):
+        """Every iteration's readout: (logits at r, losses (r, B, T), gate logits (r - 1, B, T))."""
+        s = self.embed(idx, 0, positions)
+        for block in self.prelude:
+            s = block(s, None, None, mask)
+        losses, gates = [], []
+        for t in range(r):
+            s, _ = self.recurrence(s, None, t, None, None, mask)
+            logits, loss_t, gate_t = self.exits(s, targets, mask, t < r - 1)
+            losses.append(loss_t)
+            if gate_t is not None:
+                gates.append(gate_t)
+        empty = losses[0].new_zeros((0, *losses[0].shape))
+        return logits, torch.stack(losses), torch.stack(gates) if gates else empty
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, r: int | None = None,
+                all_exits: bool = False, noise_key: NoiseKey | None = None, cache=None, stats: bool = False,
+                mask: torch.Tensor | None = None, positions: torch.Tensor | None = None) -> ModelOutput:
+        """As LoopedLM.forward; in training with targets and no cache, the objective J above."""
+        if not self.training or targets is None or cache is not None or all_exits:
+            return super().forward(idx, targets, r, all_exits, noise_key, cache, stats, mask, positions)
+        r = self.cfg.n_loops if r is None else int(r)
+        if r < 1:
+            raise ValueError(f"Ouro trains at depth r >= 1 (every iteration is an exit), got r={r}")
+        logits, losses, gate_logits = self._iterate(idx, targets, r, mask, positions)
+        log_p = exit_log_probs(gate_logits)                                    # (r, B, T)
+        p = log_p.exp()
+        entropy = -(p * log_p).sum(0)                                          # (B, T)
+        valid = (targets >= 0).float()
+        n = valid.sum()
+        objective = (((p * losses).sum(0) - self.cfg.entropy_beta * entropy) * valid).sum() / n
+        loss = (losses[-1] * valid).sum() / n                                  # CE_r, as every family logs
+        aux = {"depth": r, "aux_loss": objective - loss,
+               "stats": {"exit_prob": (p * valid).sum((1, 2)).detach() / n,
+                         "exit_lambda": torch.cat([torch.sigmoid(gate_logits), torch.ones_like(p[:1])]).mul(valid)
+                                             .sum((1, 2)).detach() / n,
+                         "step_loss": (losses * valid).sum((1, 2)).detach() / n}}
+        return ModelOutput(loss=loss, logits=logits, aux=aux)
+
+    @torch.no_grad()
+    def exit_at_threshold(self, idx: torch.Tensor, targets: torch.Tensor, q: float,
+                          r: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Ouro's per-token exit: each token leaves at the first iteration t whose cumulative exit
+        probability sum_{j<=t} p(j) reaches q (at r if none does). Returns (its depth t (B, T) in
+        1..r, its loss there (B, T)). Every iteration is computed for every token, so the context a
+        token attends to is the full-depth one (what a KV cache holding each token's last computed
+        K/V approximates); the compute the exits spend is counted by the spec."""
+        r = self.cfg.n_loops if r is None else int(r)
+        if r < 1 or not 0 < q <= 1:
+            raise ValueError(f"exit_at_threshold needs r >= 1 and 0 < q <= 1, got r={r}, q={q}")
+        _, losses, gate_logits = self._iterate(idx, targets, r, None, None)
+        cdf = exit_log_probs(gate_logits).exp().cumsum(0)                     # (r, B, T)
+        reached = cdf >= q
+        reached[-1] = True                                                     # all the mass has left by r
+        first = reached.float().argmax(0)                                      # (B, T): first True
+        return first + 1, losses.gather(0, first[None]).squeeze(0)
