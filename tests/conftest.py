@@ -8,14 +8,20 @@ def encoding():
     return get_encoding()
 
 
+# What the suite's runs may leave on the machine: DeepSpeed's CPU communication buffers (69 MB each),
+# and streaming's shared-memory segments and lock files of a run that was killed (SIGKILL tests).
+LEFTOVERS = ("/dev/shm/deepspeed_allreduce_buffer_*", "/dev/shm/[0-9][0-9][0-9][0-9][0-9][0-9]_*",
+             "/tmp/[0-9][0-9][0-9][0-9][0-9][0-9]_*_filelock")
+
+
 @pytest.fixture(autouse=True, scope="session")
-def _remove_deepspeed_shm_buffers():
-    """DeepSpeed's CPU communication op leaves /dev/shm/deepspeed_allreduce_buffer_* (69 MB each)."""
+def _remove_leftovers():
+    """Removes, after the session, those of LEFTOVERS that the session created (not what was there)."""
     import glob
     import os
-    before = set(glob.glob("/dev/shm/deepspeed_allreduce_buffer_*"))
+    before = {path for pattern in LEFTOVERS for path in glob.glob(pattern)}
     yield
-    for path in set(glob.glob("/dev/shm/deepspeed_allreduce_buffer_*")) - before:
+    for path in {path for pattern in LEFTOVERS for path in glob.glob(pattern)} - before:
         try:
             os.remove(path)
         except OSError:

@@ -5,7 +5,11 @@ PyPI cannot load beside a CPU build of torch, and `streaming.text` and `streamin
 transformers' tokenizers and scikit-learn, 4.7 of the 5.9 s the import takes on one core, paid by
 every rank of every launch. The project uses only token samples (MDSWriter, StreamingDataset, the
 MDS reader), never those converters, so empty stand-ins for them are installed first (the vision one
-only where torchvision is unusable); a converter imported before this still wins.
+only where torchvision is unusable); a converter imported before this still wins. Its data loader
+also imports transformers (1.6 s per process) for two classes it names in one isinstance check on
+batches of those types, which this project's loaders never yield: unless transformers is already
+loaded, that import sees stand-in classes, and the stand-in modules are removed again at once, so a
+later `import transformers` loads the real package.
 """
 from __future__ import annotations
 
@@ -31,9 +35,26 @@ def import_streaming():
             sys.modules.pop("torchvision", None)
     for unused in ("streaming.text", "streaming.multimodal", *(() if usable else ("streaming.vision",))):
         sys.modules.setdefault(unused, types.ModuleType(unused))
-    import streaming
-
+    stand_ins = {} if "transformers" in sys.modules else _transformers_stand_ins()
+    sys.modules.update(stand_ins)
+    try:
+        import streaming
+    finally:
+        for name, module in stand_ins.items():
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
     return streaming
+
+
+def _transformers_stand_ins() -> dict[str, types.ModuleType]:
+    """The two transformers classes streaming.base.dataloader imports (for `isinstance(batch, ...)`),
+    as empty classes in modules of the same names."""
+    out = {"transformers": types.ModuleType("transformers")}
+    for module, cls in (("feature_extraction_utils", "BatchFeature"), ("tokenization_utils_base", "BatchEncoding")):
+        name = f"transformers.{module}"
+        out[name] = types.ModuleType(name)
+        setattr(out[name], cls, type(cls, (), {"__module__": name}))
+    return out
 
 
 def token_column(n_tokens: int) -> dict[str, str]:
