@@ -119,7 +119,8 @@ def report(args, cfgs: dict, times: dict, flops: dict, peak: float, shape: dict)
         time_ratio = statistics.median(times[name]) / statistics.median(times["dense"])
         flops_ratio = flops[name] / flops["dense"]
         tokens = shape["B"] * S
-        executed = ((executed_forward_flops(cfg, S) + head_flops(cfg) + executed_overhead_flops(cfg) / tokens)
+        readouts = spec_for(cfg).train_readout_flops(cfg, S, cfg.n_loops)  # Ouro reads out every iteration
+        executed = ((executed_forward_flops(cfg, S) + head_flops(cfg) + readouts + executed_overhead_flops(cfg) / tokens)
                     / (executed_forward_flops(dense, S) + head_flops(dense)))
         print(f"{name}: time({name})/time(dense) = {time_ratio:.3f}, Eq.1 FLOPs ratio (incl. head) = "
               f"{flops_ratio:.3f} (forward matmul FLOPs executed: {executed:.3f}), "
