@@ -6,10 +6,13 @@
     rgpt-flops --solve n_loops --dense gpt2-medium --n-pre 2 --n-coda 2 --n-rec 5
     rgpt-flops --solve n_rec --dense gpt2-large --n-pre 1 --n-coda 5 --n-loops 6
     rgpt-flops --budget 20k,40k --gpu-peak 989e12 --mfu 0.4  # training FLOPs, GPU-hours, 8-GPU node hours
+    rgpt-flops --grid --budget 20k,40k                     # every run of the paper's grid, and its totals
 
 With --budget each target gets one row per budget: total training FLOPs (3 x Eq. 1 forward at E[r],
 head included, x tokens/step x steps), GPU-hours at the assumed peak and MFU, and hours on one node
 of --gpus-per-node GPUs (perfect scaling; evaluation, checkpoints and restarts not included).
+--grid takes every model Table 1 trains (the runs of configs/experiments/, each dense baseline once)
+and, with --budget, ends with the whole grid's GPU-hours per budget.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ import json
 import sys
 
 from rgpt_dist.config import DENSE_REFERENCE, FLAVOURS, ConfigError, load_config
-from rgpt_dist.config.experiments import BUDGETS
+from rgpt_dist.config.experiments import BUDGETS, trained_flavours
 from rgpt_dist.flops import gpu_hours, report, solve_isoflops, total_train_flops
 from rgpt_dist.models.spec import spec_for
 
@@ -68,6 +71,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--n-coda", type=int, default=1, help="coda blocks for --solve")
     p.add_argument("--n-rec", type=int, help="shared blocks for --solve n_loops")
     p.add_argument("--n-loops", type=int, help="recurrence depth R for --solve n_rec")
+    p.add_argument("--grid", action="store_true",
+                   help="every model the paper's grid trains (instead of targets); with --budget, its totals")
     p.add_argument("--budget", type=_budget, metavar="20k|40k|N[,...]",
                    help="training steps (comma-separated for several): adds total training FLOPs and GPU-hours")
     p.add_argument("--tokens-per-step", type=_positive(int),
@@ -100,6 +105,11 @@ def _cost_table(rows: list[dict], args: argparse.Namespace) -> str:
     lines.append(f"assumed: peak {args.gpu_peak / 1e12:g} TFLOP/s per GPU, MFU {args.mfu:.0%} (an assumption, not a "
                  f"measurement), node_hours = gpu_hours / {args.gpus_per_node} GPUs (perfect scaling); "
                  f"evaluation, checkpoints, start-up and restarts not included")
+    if args.grid:
+        for budget, _ in args.budget:
+            runs = [row for row in rows if row["budget"] == budget]
+            lines.append(f"whole grid at {budget}: {len(runs)} runs, {sum(r['gpu_hours'] for r in runs):,.0f} GPU-hours, "
+                         f"{sum(r['train_flops_total'] for r in runs):.3e} training FLOPs")
     return "\n".join(lines)
 
 
@@ -123,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--mfu {args.mfu} must be <= 1")
     if args.solve and args.budget:
         parser.error("--budget does not apply to --solve")
+    if args.grid and (args.targets or args.solve):
+        parser.error("--grid replaces the targets (and does not apply to --solve)")
     try:
         if args.solve:
             dense = load_config(args.dense or "gpt2-medium", args.set).model
@@ -135,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                             for c in out["candidates"]))
             return 0
         rows = []
-        for target in args.targets or list(FLAVOURS):
+        for target in trained_flavours() if args.grid else args.targets or list(FLAVOURS):
             full = load_config(target, args.set)
             cfg = full.model
             dense_name = args.dense or DENSE_REFERENCE.get(target)

@@ -109,7 +109,8 @@ def model_args_string(model_args: Mapping[str, Any]) -> str:
 
 def hf_model_args(hf_dir: str | Path, model_args_extra=None, remote_code: str = "auto") -> dict[str, Any]:
     """lm-eval's model_args for hf_dir; `trust_remote_code` as the `remote_code` policy decides
-    (rgpt_dist.export.remote_code: "auto", "never" or "trust")."""
+    (rgpt_dist.export.remote_code: "auto", "never" or "trust"); `use_cache=False` unless
+    model_args_extra sets it."""
     from rgpt_dist.export.remote_code import trust_remote_code
 
     hf_dir = Path(hf_dir).expanduser().resolve()
@@ -120,7 +121,10 @@ def hf_model_args(hf_dir: str | Path, model_args_extra=None, remote_code: str = 
     if "pretrained" in extra or "trust_remote_code" in extra:
         raise HarnessError("model_args_extra must not set `pretrained` (pass the directory as hf_dir) or "
                            "`trust_remote_code` (pass remote_code='auto'|'never'|'trust')")
-    args = {"pretrained": str(hf_dir), "trust_remote_code": trust_remote_code(hf_dir, remote_code)}
+    # use_cache=False: lm-eval's scoring forwards (loglikelihood, multiple choice) then build no KV cache,
+    # which for a recurrent export preallocates block_size tokens for every cached layer on each call;
+    # its generation passes use_cache=True to generate() itself, so generate_until tasks still cache
+    args = {"pretrained": str(hf_dir), "trust_remote_code": trust_remote_code(hf_dir, remote_code), "use_cache": False}
     args.update(extra)
     return args
 

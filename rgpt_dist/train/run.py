@@ -81,20 +81,23 @@ def train(cfg: Config) -> int:
                              trust=cfg.checkpoint.trust_pickle)
     sink = MetricsSink(cfg, dims.is_main)
     trainer = Trainer(cfg, dims, engine, optimizer, train_loader, val_batches, ckpt, sink, stop)
+    refused = finished = False
     try:
         try:
             trainer.resume()
         except UntrustedCheckpoint as e:  # every rank raises it together (CheckpointManager.newest_valid)
             if dims.is_main:
                 print(f"train: {e}", file=sys.stderr, flush=True)
-            return EXIT_REFUSED
-        finished = trainer.fit()
+            refused = True
+        finished = not refused and trainer.fit()
     finally:
         sink.close()
         stop.close()
     if not finished:
-        ignore_signals()  # saved: the exit status must be EXIT_PREEMPTED on every rank
+        ignore_signals()  # saved or refused: the exit status must be the same on every rank
     torch.distributed.barrier()  # no rank exits (and makes torchrun SIGTERM the rest) before all ignore
+    if refused:
+        return EXIT_REFUSED
     if finished:
         return 0
     if dims.is_main:

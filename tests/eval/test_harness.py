@@ -169,7 +169,7 @@ def test_depth_sweep_passes_r_eval_to_a_recurrent_export(offline, tmp_path):
     runs = depth_sweep(hf_dir, [EXAMPLE_TASK], depths, log_samples=True)
     assert [r["r_eval"] for r in runs] == depths
     assert [r["model_args"]["r_eval"] for r in runs] == depths
-    assert runs[0]["model_args_str"].endswith(",trust_remote_code=True,r_eval=1")
+    assert runs[0]["model_args_str"].endswith(",trust_remote_code=True,use_cache=False,r_eval=1")
     own = {}
     for run in runs:
         own[run["r_eval"]] = own_accuracy(hf_dir, EXAMPLE_TASK, model_args_extra={"r_eval": run["r_eval"]})
@@ -226,3 +226,26 @@ def test_bundled_data_resolve_next_to_the_yaml_from_any_cwd(tmp_path, monkeypatc
         local_data.load_local_jsonl({"test": "missing.jsonl"}, config_source=str(tmp_path / "x.yaml"))
     items = load_task_items(EXAMPLE_TASK)
     assert len(items) == N_ITEMS and all(0 <= it["gold"] < len(it["choices"]) <= 4 for it in items)
+
+
+def test_scoring_forwards_build_no_cache_and_generation_still_caches(offline, tmp_path):
+    """The model lm-eval loads from hf_model_args (use_cache=False): a scoring forward returns no
+    KV cache (none is allocated), while generate(use_cache=True), as lm-eval's generate_until calls
+    it, still decodes with one and equals the native cached generation."""
+    from transformers import AutoModelForCausalLM
+
+    from rgpt_dist.eval.harness import hf_model_args
+    from rgpt_dist.export.hf_looped_writer import write_hf_looped
+    from rgpt_dist.models.generate import generate
+
+    native = perturbed(RECURRENT, seed=0)
+    hf_dir = write_hf_looped(native.state_dict(), RECURRENT, tmp_path / "hf")
+    args = hf_model_args(hf_dir)
+    assert args["use_cache"] is False and hf_model_args(hf_dir, {"use_cache": True})["use_cache"] is True
+    hf = AutoModelForCausalLM.from_pretrained(args.pop("pretrained"), **args).eval()
+    idx = torch.randint(0, RECURRENT.vocab_size, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert hf(idx).past_key_values is None
+        seq = hf.generate(idx, attention_mask=torch.ones_like(idx), max_new_tokens=5, do_sample=False,
+                          pad_token_id=0, use_cache=True)
+    assert torch.equal(seq, generate(native, idx, 5, strategy="full"))

@@ -83,8 +83,22 @@ def test_budget_table_and_its_options(capsys):
     (["--budget", "20k", "--mfu", "1.5"], "--mfu 1.5 must be <= 1"),
     (["--budget", "20k", "--mfu", "0"], "0 must be > 0"),
     (["--budget", "20k", "--solve", "n_loops", "--n-rec", "5"], "--budget does not apply to --solve"),
+    (["--grid", "gpt2-small"], "--grid replaces the targets"),
 ])
 def test_bad_budget_options_exit_2(capsys, argv, message):
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_grid_costs_every_trained_run_and_totals_them(capsys):
+    """--grid: one row per run of configs/experiments/ and budget; the totals are the rows' sums."""
+    from rgpt_dist.config.experiments import grid, trained_flavours
+
+    assert main(["--grid", "--budget", "20k,40k", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert sorted(f"{r['name']}-{r['budget']}" for r in rows) == sorted(grid())
+    assert {r["name"] for r in rows} == set(trained_flavours()) and len(rows) == 2 * len(trained_flavours())
+    assert main(["--grid", "--budget", "20k"]) == 0
+    total = sum(r["gpu_hours"] for r in rows if r["budget"] == "20k")
+    assert f"whole grid at 20k: {len(rows) // 2} runs, {total:,.0f} GPU-hours" in capsys.readouterr().out
