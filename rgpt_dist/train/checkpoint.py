@@ -29,6 +29,9 @@ from rgpt_dist.safe_load import UntrustedCheckpoint, load_pt, scan_pt
 
 TAG_PREFIX = "step_"
 RECORD = "checksums.json"
+RUN_CONFIG = "run_config.json"
+"""The config of the run that wrote a checkpoint, plain JSON: checked against a resuming run before
+any state is loaded (a different precision or sharding would otherwise fail inside DeepSpeed)."""
 
 
 def _sha256(path: Path) -> str:
@@ -130,6 +133,7 @@ class CheckpointManager:
         torch.save({"torch": torch.get_rng_state()}, tag_dir / f"rng_rank{self.rank:05d}.pt")
         dist.barrier()  # every rank has written its files
         if self.rank == 0:
+            atomic_write_text(tag_dir / RUN_CONFIG, json.dumps(client_state["config"], indent=1, sort_keys=True))
             fsync_tree(tag_dir)  # the files are on disk before the record says they are complete
             atomic_write_text(tag_dir / RECORD, json.dumps(_checksums(tag_dir), indent=1, sort_keys=True))
             atomic_write_text(self.dir / "latest", tag)
@@ -160,6 +164,20 @@ class CheckpointManager:
         if choice[1] is not None:
             raise UntrustedCheckpoint(choice[1])
         return choice[0]
+
+    def saved_config(self, tag: str) -> dict[str, Any] | None:
+        """The config recorded with checkpoint `tag` (verified with its files; None for checkpoints
+        written before the record existed)."""
+        path = self.dir / tag / RUN_CONFIG
+        if not path.is_file():
+            return None
+        try:
+            saved = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise ValueError(f"{path}: not a readable run config ({type(e).__name__}: {e})") from None
+        if not isinstance(saved, dict) or not all(isinstance(v, dict) for v in saved.values()):
+            raise ValueError(f"{path}: not a run config (a JSON object of config sections)")
+        return saved
 
     def load(self, engine, tag: str) -> dict[str, Any]:
         """Collective: restore engine state and this rank's RNG; returns the client state. Every file

@@ -67,7 +67,6 @@ def train(cfg: Config) -> int:
     run_dir = Path(cfg.log.run_dir)
     if dims.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(run_dir / "config.yaml", cfg.to_yaml())
     model = build_model(cfg.model, seed=cfg.train.seed)
     if dims.tp > 1:
         model = shard_model(model, cfg, dims)
@@ -89,6 +88,8 @@ def train(cfg: Config) -> int:
             if dims.is_main:
                 print(f"train: {e}", file=sys.stderr, flush=True)
             refused = True
+        if dims.is_main and not refused:  # after resume: a run refused for another's checkpoint leaves its config
+            atomic_write_text(run_dir / "config.yaml", cfg.to_yaml())
         finished = not refused and trainer.fit()
     finally:
         sink.close()

@@ -80,8 +80,9 @@ class Trainer:
         tag = self.ckpt.newest_valid() if self.cfg.checkpoint.resume else None
         if tag is None:
             return False
+        self._check_same_run(self.ckpt.saved_config(tag), tag)  # before any state is loaded
         state = self.ckpt.load(self.engine, tag)
-        self._check_same_run(state.get("config"), tag)
+        self._check_same_run(state.get("config"), tag)  # what checkpoints without a run_config.json hold
         self.step, self.tokens = state["step"], state["tokens"]
         self.train_loader.load_state_dict(state["loader"])
         self.sink.resume_at(self.step)
@@ -90,13 +91,14 @@ class Trainer:
         return True
 
     def _check_same_run(self, saved: dict | None, tag: str) -> None:
-        """A checkpoint continues only the run that wrote it: same model, seed and sharding (the
-        budget, schedule and logging may change, e.g. to extend a run to the doubled budget)."""
+        """A checkpoint continues only the run that wrote it: same model, seed, sharding and precision
+        (DeepSpeed's bf16 mode and bf16-autocast store different weights and optimizer states); the
+        budget, schedule and logging may change, e.g. to extend a run to the doubled budget."""
         if saved is None:
             return
         now = self.cfg.to_dict()
         keys = [("model", k) for k in now["model"]] + [("train", "seed"), ("parallel", "tp_size"),
-                                                        ("parallel", "zero_stage")]
+                                                        ("parallel", "zero_stage"), ("parallel", "dtype")]
         diffs = [f"{a}.{b}: checkpoint {saved.get(a, {}).get(b)!r}, config {now[a][b]!r}"
                  for a, b in keys if saved.get(a, {}).get(b) != now[a][b]]
         if diffs:

@@ -104,17 +104,18 @@ def test_signal_saves_the_step_and_the_rerun_resumes_exactly(target, dataset, un
 
 
 def test_a_checkpoint_resumes_only_the_run_that_wrote_it(dataset, uninterrupted, tmp_path):
-    """docs/training.md: another model or seed in the same run directory is refused, naming every
+    """docs/training.md: another model, seed or precision in the same run directory is refused, naming every
     difference, instead of silently continuing the old run (nothing trained, nothing written); a
     longer budget (the doubled-budget case) continues it from its last step."""
     run = tmp_path / "run"
     shutil.copytree(uninterrupted[0], run)
-    before = (run / "metrics.jsonl").read_text()
+    before, config = (run / "metrics.jsonl").read_text(), (run / "config.yaml").read_text()
     longer = [*ARGS, "train.max_steps=32"]
     with pytest.raises(AssertionError, match="belongs to a different run") as e:
-        train(2, run, dataset, *longer, "model.n_loops=3", "train.seed=7")
+        train(2, run, dataset, *longer, "model.n_loops=3", "train.seed=7", "parallel.dtype=bf16")
     assert "model.n_loops: checkpoint 4, config 3" in str(e.value) and "train.seed: checkpoint" in str(e.value)
-    assert (run / "metrics.jsonl").read_text() == before
+    assert "parallel.dtype: checkpoint 'fp32', config 'bf16'" in str(e.value)
+    assert (run / "metrics.jsonl").read_text() == before and (run / "config.yaml").read_text() == config
     assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == ["step_00000030"]
     output = launch(2, run, dataset, *longer)
     assert resumed_line(run, 30) in output
