@@ -92,6 +92,8 @@ def _mutate(tag, rng):
     elif kind == 5:
         (tag / "checksums.json").write_text(rng.choice(["{}", "[]", "null", "{\"a\": 1}", "\x00\x01"]))
         return
+    elif target.suffix != ".pt":  # the JSON run config (run_config.json): valid JSON, not a config
+        target.write_text(rng.choice(['{"model": 1}', "[]", "null", '{"model": {"d_model": "x"}}']))
     else:  # rewrite a value inside the pickled state: the structure a crafted file could have
         state = torch.load(target, map_location="cpu", weights_only=False)
         if isinstance(state, dict) and state:

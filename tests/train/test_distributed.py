@@ -314,4 +314,7 @@ def test_tp2_x_zero3_checkpoint_evaluates_and_exports(full, tp_runs, tmp_path):
     exported = model.state_dict()
     assert set(exported) == set(tp1)
     worst = max((exported[k] - v).abs().max().item() for k, v in tp1.items())
-    assert worst < 2e-5, worst  # measured 2.4e-6 after 8 steps
+    # float32 summation order (tp = 2 vs 1) grows over 8 AdamW steps: 2.4e-6 to 4.0e-5 measured, depending
+    # on the data (the session dataset is this checkout's own source, so any edit changes it); a
+    # misplaced shard differs by ~0.02
+    assert worst < 2e-4, worst
