@@ -6,7 +6,7 @@ PIP     := $(PY) -m pip
 STAMP   := .venv/.installed
 export PYTHONHASHSEED := 0
 
-.PHONY: venv vocab test test-fast quickstart quickstart-eval bench configs lock clean
+.PHONY: venv vocab test test-fast quickstart quickstart-eval compare bench configs lock clean
 
 venv: $(STAMP)
 
@@ -46,6 +46,13 @@ quickstart-eval: vocab
 	$(CPU_ENV) .venv/bin/rgpt-eval curve exports/quickstart --data data/python-stdlib --batches 10 --out eval/quickstart
 	$(CPU_ENV) .venv/bin/rgpt-eval diagnostics exports/quickstart --data data/python-stdlib --batches 4 --out eval/quickstart
 	$(CPU_ENV) HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 .venv/bin/rgpt-eval lm-eval exports/quickstart --depths 0,1,4,8 --out eval/quickstart
+
+# Table 1 at CPU scale (#14): every model of a scaled-down small isoFLOPs cell on the embedded corpus,
+# the same tokens for all, a second seed of RecurrentGPT; the table and plot in runs/compare (~30 min).
+compare: vocab
+	test -f data/python-stdlib/manifest.json || \
+	  .venv/bin/rgpt-prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
+	$(CPU_ENV) $(PY) launcher/compare.py --data data/python-stdlib --out runs/compare
 
 bench: vocab
 	$(PY) benchmarks/model_throughput.py

@@ -1,0 +1,64 @@
+"""Train every model of a scaled-down small isoFLOPs cell on the embedded corpus and compare them.
+
+    make compare                                                   # about 30 minutes on 2 cores
+    .venv/bin/python launcher/compare.py --data data/python-stdlib --out runs/compare
+    .venv/bin/python launcher/compare.py --data DATA --out OUT --preset quick       # smoke run
+
+One torchrun per run (2 processes, ZeRO-2, fp32): the cell's dense baseline and every recurrent
+family's 1+1x10+1 model at d=64, the same 100 steps of 16 x 128 tokens and seed for all, plus a
+second seed of RecurrentGPT (rgpt_dist/eval/compare.py). A run already finished is kept, an
+interrupted one resumes from its checkpoint. Writes OUT/compare.md (+ .json), OUT/grid.{md,csv,json}
+and OUT/early_exit.png; exit status 1 when a run fails (the others still run and are reported).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # runnable as a script from a checkout
+
+from rgpt_dist.eval.compare import PRESETS, overrides, plan, report  # noqa: E402
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", required=True, help="rgpt-prep dataset (make compare prepares data/python-stdlib)")
+    p.add_argument("--out", required=True, help="directory of the runs and the report")
+    p.add_argument("--preset", choices=sorted(PRESETS), default="cpu", help="model width, batch and steps")
+    p.add_argument("--nproc", type=int, default=2, help="processes per run (default 2)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    out = Path(args.out).resolve()
+    data = str(Path(args.data).resolve())
+    if not (Path(data) / "manifest.json").is_file():
+        print(f"compare: {data} is not an rgpt-prep dataset (no manifest.json)", file=sys.stderr)
+        return 2
+    runs, failed = plan(), []
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    for run in runs:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.nproc}",
+               str(ROOT / "launcher" / "train.py"), str(ROOT / "configs" / "experiments" / f"{run.flavour}-20k.yaml"),
+               *overrides(run, args.preset, data, out)]
+        start = time.perf_counter()
+        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+        status = "done" if done.returncode == 0 else f"FAILED ({done.returncode})"
+        print(f"{run.name}: {status} in {time.perf_counter() - start:.0f} s", flush=True)
+        if done.returncode != 0:
+            failed.append(run.name)
+            print(done.stderr[-3000:], file=sys.stderr)
+    paths = report(out, runs)
+    print(paths["md"].read_text())
+    print(f"wrote {', '.join(str(p) for p in paths.values())}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
