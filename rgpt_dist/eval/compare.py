@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from rgpt_dist.eval.grid import summarize, write_table
-from rgpt_dist.models.spec import families
+from rgpt_dist.config.flavours import FLAVOURS
+from rgpt_dist.models.spec import families, spec_for
 
 CELL = "small-isoflops"
 SPREAD_FAMILY = "recurrent_gpt"
@@ -60,7 +61,9 @@ def plan(cell: str = CELL, seeds: tuple[int, ...] = SEEDS) -> list[Run]:
 def overrides(run: Run, preset: str, data: str, out: str | Path) -> list[str]:
     """The key=value overrides of one run on top of its grid config (same tokens for every run)."""
     p = PRESETS[preset]
-    return [f"model.d_model={p['d_model']}", f"model.n_head={p['n_head']}", f"model.block_size={p['seq_len']}",
+    spec = spec_for(FLAVOURS[run.flavour]["family"])
+    width = [f"model.{k}={v}" for k, v in spec.width_overrides(p["d_model"]).items()]  # RRT's LoRA rank
+    return [*width, f"model.d_model={p['d_model']}", f"model.n_head={p['n_head']}", f"model.block_size={p['seq_len']}",
             f"train.seq_len={p['seq_len']}", f"train.micro_batch_size={p['micro_batch_size']}",
             f"train.global_batch_size={p['global_batch_size']}", f"train.max_steps={p['max_steps']}",
             f"train.warmup_steps={p['warmup_steps']}", f"train.lr={p['lr']}", f"train.min_lr={p['min_lr']}",

@@ -85,6 +85,11 @@ class FamilySpec:
         """The paper's shorthand: '12L' for dense models, '2+5x4+2' for prelude/core/coda ones."""
         return f"{cfg.n_layer}L"
 
+    def width_overrides(self, d_model: int) -> dict[str, Any]:
+        """Model fields sized relative to the width, for a flavour shrunk to d_model (CPU-scale
+        comparisons): their values at that width. None here."""
+        return {}
+
     # ---- parameters -------------------------------------------------------------------------
     def unique_blocks(self, cfg: Any) -> int:
         return cfg.n_layer

@@ -21,11 +21,14 @@ def test_the_cell_is_every_family_in_table1_order():
 
 
 def test_every_run_sees_the_same_tokens(tmp_path):
-    def shared(run):  # everything but the run's own directory and seed
-        return [o for o in overrides(run, "cpu", "DATA", tmp_path) if not o.startswith(("log.run_dir", "train.seed"))]
+    def shared(run):  # everything but the run's own directory and seed, and RRT's LoRA rank
+        return [o for o in overrides(run, "cpu", "DATA", tmp_path)
+                if not o.startswith(("log.run_dir", "train.seed", "model.lora_"))]
     runs = plan()
     assert all(shared(r) == shared(runs[0]) for r in runs)
     assert len({o for r in runs for o in overrides(r, "cpu", "DATA", tmp_path) if o.startswith("log.run_dir")}) == len(runs)
+    rrt = next(r for r in runs if r.flavour == "rrt-small-isoflops")
+    assert "model.lora_rank=5" in overrides(rrt, "cpu", "DATA", tmp_path)  # 64 / 768 of the width
 
 
 @pytest.mark.slow

@@ -36,6 +36,11 @@ class RelaxedSpec(LoopedSpec):
     def max_eval_depth(self, cfg: Any) -> int:
         return cfg.n_loops
 
+    def width_overrides(self, d_model: int) -> dict[str, Any]:
+        """The LoRA rank keeps its ratio to the width (64 at d = 768: d / 12), alpha / rank = 1."""
+        rank = max(1, d_model // 12)
+        return {"lora_rank": rank, "lora_alpha": float(rank)}
+
     def _lora_per_block_step(self, cfg: Any) -> int:
         """A (rank x in) + B (out x rank) on qkv (d -> 3d), attention out (d -> d), fc (d -> 4d) and
         the MLP out (4d -> d): rank x 16 d."""
