@@ -48,7 +48,7 @@ quickstart-eval: vocab
 	$(CPU_ENV) HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 .venv/bin/rgpt-eval lm-eval exports/quickstart --depths 0,1,4,8 --out eval/quickstart
 
 # Table 1 at CPU scale (#14): every model of a scaled-down small isoFLOPs cell on the embedded corpus,
-# the same tokens for all, a second seed of RecurrentGPT; the table and plot in runs/compare (~30 min).
+# the same tokens for all, a second seed of RecurrentGPT; the table and plot in runs/compare (~11 min).
 compare: vocab
 	test -f data/python-stdlib/manifest.json || \
 	  .venv/bin/rgpt-prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2

@@ -1,6 +1,6 @@
 """Train every model of a scaled-down small isoFLOPs cell on the embedded corpus and compare them.
 
-    make compare                                                   # about 30 minutes on 2 cores
+    make compare                                                   # about 11 minutes on 2 cores
     .venv/bin/python launcher/compare.py --data data/python-stdlib --out runs/compare
     .venv/bin/python launcher/compare.py --data DATA --out OUT --preset quick       # smoke run
 
