@@ -24,18 +24,19 @@ def threshold_exit_rows(model: torch.nn.Module, batches: list, thresholds: list[
         raise ValueError(f"{spec.title} has no learned exit: per-token exit thresholds do not apply")
     R = spec.default_depth(cfg)
     full = spec.exit_flops(cfg, seq_len, R)
+    loss_sums = [0.0] * len(thresholds)
+    counts = [torch.zeros(R + 1, dtype=torch.float64) for _ in thresholds]
+    for x, y in batches:  # one pass through the iterations per batch serves every threshold
+        valid = y >= 0
+        for i, (depth, loss) in enumerate(model.exits_at_thresholds(x, y, thresholds)):
+            loss_sums[i] += float(loss[valid].double().sum())
+            counts[i] += torch.bincount(depth[valid].cpu(), minlength=R + 1).double()
     rows = []
-    for q in thresholds:
-        loss_sum, counts = 0.0, torch.zeros(R + 1, dtype=torch.float64)
-        for x, y in batches:
-            depth, loss = model.exit_at_threshold(x, y, q)
-            valid = y >= 0
-            loss_sum += float(loss[valid].double().sum())
-            counts += torch.bincount(depth[valid].cpu(), minlength=R + 1).double()
-        n = float(counts.sum())
-        flops = sum(float(c) * spec.exit_flops(cfg, seq_len, t) for t, c in enumerate(counts) if c) / n
-        rows.append({"threshold": q, "loss": loss_sum / n, "mean_depth": float((counts * torch.arange(R + 1)).sum()) / n,
-                     "depth_fraction": (counts[1:] / n).tolist(), "flops_per_token": flops,
+    for q, loss_sum, count in zip(thresholds, loss_sums, counts):
+        n = float(count.sum())
+        flops = sum(float(c) * spec.exit_flops(cfg, seq_len, t) for t, c in enumerate(count) if c) / n
+        rows.append({"threshold": q, "loss": loss_sum / n, "mean_depth": float((count * torch.arange(R + 1)).sum()) / n,
+                     "depth_fraction": (count[1:] / n).tolist(), "flops_per_token": flops,
                      "flops_vs_depth_R": flops / full, "tokens": int(n), "train_depth": R})
     return rows
 

@@ -63,17 +63,19 @@ class LayerFactory:
     def cross_entropy(self, logits: torch.Tensor, targets: torch.Tensor, vocab_size: int) -> torch.Tensor:
         """Mean next-token loss in fp32 (fp64 for fp64 logits) over the real vocabulary (padding rows
         of the embedding never take probability mass); targets of -1 are ignored."""
-        logits = logits[..., :vocab_size].flatten(0, -2)
-        return F.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), targets.flatten(),
-                               ignore_index=-1)
+        return F.cross_entropy(_real_vocab(logits, vocab_size), targets.flatten(), ignore_index=-1)
 
     def token_losses(self, logits: torch.Tensor, targets: torch.Tensor, vocab_size: int) -> torch.Tensor:
-        """(B, T, V) logits, (B, T) targets -> (B, T) next-token losses in fp32 (or the logits'
-        wider dtype) over the real vocabulary, 0 where the target is -1 (for objectives that weight tokens, e.g. Ouro's exits)."""
-        logits = logits[..., :vocab_size].flatten(0, -2)
-        losses = F.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), targets.flatten(),
-                                 ignore_index=-1, reduction="none")
+        """(B, T, V) logits, (B, T) targets -> (B, T) next-token losses as in cross_entropy, 0 where
+        the target is -1 (for objectives that weight tokens, e.g. Ouro's exits)."""
+        losses = F.cross_entropy(_real_vocab(logits, vocab_size), targets.flatten(), ignore_index=-1, reduction="none")
         return losses.view(targets.shape)
+
+
+def _real_vocab(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """(..., V_padded) -> (N, vocab_size) in fp32, or the logits' dtype where it is wider (fp64)."""
+    logits = logits[..., :vocab_size].flatten(0, -2)
+    return logits.to(torch.promote_types(logits.dtype, torch.float32))
 
 
 @dataclasses.dataclass

@@ -57,7 +57,7 @@ class FamilySpec:
     """Whether `rgpt-eval diagnostics` applies (RecurrentGPT's per-step gate and state statistics)."""
     learned_exit: ClassVar[bool] = False
     """Whether the model decides per token when to stop (Ouro's exit gate): its model has
-    `exit_at_threshold(idx, targets, q)` and the spec `exit_flops(cfg, seq_len, depth)`."""
+    `exits_at_thresholds(idx, targets, thresholds)` and the spec `exit_flops(cfg, seq_len, depth)`."""
 
     # ---- construction ----------------------------------------------------------------------
     def build(self, cfg: Any, factory: Any = None) -> Any:

@@ -80,9 +80,11 @@ class Trainer:
         tag = self.ckpt.newest_valid() if self.cfg.checkpoint.resume else None
         if tag is None:
             return False
-        self._check_same_run(self.ckpt.saved_config(tag), tag)  # before any state is loaded
+        saved = self.ckpt.saved_config(tag)
+        self._check_same_run(saved, tag)  # before any state is loaded
         state = self.ckpt.load(self.engine, tag)
-        self._check_same_run(state.get("config"), tag)  # what checkpoints without a run_config.json hold
+        if saved is None:  # a checkpoint written before run_config.json: its client state holds the config
+            self._check_same_run(state.get("config"), tag)
         self.step, self.tokens = state["step"], state["tokens"]
         self.train_loader.load_state_dict(state["loader"])
         self.sink.resume_at(self.step)

@@ -139,27 +139,38 @@ class OuroGPT(LoopedLM):
         n = valid.sum()
         objective = (((p * losses).sum(0) - self.cfg.entropy_beta * entropy) * valid).sum() / n
         loss = (losses[-1] * valid).sum() / n                                  # CE_r, as every family logs
+        lambdas = torch.cat([torch.sigmoid(gate_logits), torch.ones_like(p[:1])])   # lambda_r = 1
+
+        def per_iteration(x: torch.Tensor) -> torch.Tensor:                 # (r, B, T) -> (r,) token mean
+            return (x * valid).sum((1, 2)).detach() / n
         aux = {"depth": r, "aux_loss": objective - loss,
-               "stats": {"exit_prob": (p * valid).sum((1, 2)).detach() / n,
-                         "exit_lambda": torch.cat([torch.sigmoid(gate_logits), torch.ones_like(p[:1])]).mul(valid)
-                                             .sum((1, 2)).detach() / n,
-                         "step_loss": (losses * valid).sum((1, 2)).detach() / n}}
+               "stats": {"exit_prob": per_iteration(p), "exit_lambda": per_iteration(lambdas),
+                         "step_loss": per_iteration(losses)}}
         return ModelOutput(loss=loss, logits=logits, aux=aux)
 
-    @torch.no_grad()
     def exit_at_threshold(self, idx: torch.Tensor, targets: torch.Tensor, q: float,
                           r: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Ouro's per-token exit at one threshold q: exits_at_thresholds(idx, targets, [q], r)[0]."""
+        return self.exits_at_thresholds(idx, targets, [q], r)[0]
+
+    @torch.no_grad()
+    def exits_at_thresholds(self, idx: torch.Tensor, targets: torch.Tensor, thresholds: list[float],
+                            r: int | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Ouro's per-token exit: each token leaves at the first iteration t whose cumulative exit
-        probability sum_{j<=t} p(j) reaches q (at r if none does). Returns (its depth t (B, T) in
-        1..r, its loss there (B, T)). Every iteration is computed for every token, so the context a
-        token attends to is the full-depth one (what a KV cache holding each token's last computed
-        K/V approximates); the compute the exits spend is counted by the spec."""
+        probability sum_{j<=t} p(j) reaches q (at r if none does). Per q, (its depth t (B, T) in
+        1..r, its loss there (B, T)), from one pass through the iterations. Every iteration is
+        computed for every token, so the context a token attends to is the full-depth one (what a
+        KV cache holding each token's last computed K/V approximates); the compute the exits spend
+        is counted by the spec."""
         r = self.cfg.n_loops if r is None else int(r)
-        if r < 1 or not 0 < q <= 1:
-            raise ValueError(f"exit_at_threshold needs r >= 1 and 0 < q <= 1, got r={r}, q={q}")
+        if r < 1 or not all(0 < q <= 1 for q in thresholds):
+            raise ValueError(f"exit thresholds need r >= 1 and 0 < q <= 1, got r={r}, q={list(thresholds)}")
         _, losses, gate_logits = self._iterate(idx, targets, r, None, None)
         cdf = exit_log_probs(gate_logits).exp().cumsum(0)                     # (r, B, T)
-        reached = cdf >= q
-        reached[-1] = True                                                     # all the mass has left by r
-        first = reached.float().argmax(0)                                      # (B, T): first True
-        return first + 1, losses.gather(0, first[None]).squeeze(0)
+        out = []
+        for q in thresholds:
+            reached = cdf >= q
+            reached[-1] = True                                                 # all the mass has left by r
+            first = reached.float().argmax(0)                                  # (B, T): first True
+            out.append((first + 1, losses.gather(0, first[None]).squeeze(0)))
+        return out
