@@ -284,18 +284,19 @@ def gen_setup(ctx: Ctx):
     return models, prompt, new
 
 
-def gen_latencies(ctx: Ctx, models: dict, prompt, new: int, arms: list, res: dict) -> None:
-    """Per arm: one warm-up call (peak memory, or compile time), then medians of interleaved repeats."""
+def gen_latencies(ctx: Ctx, models: dict, prompt, new: int, arms: list, res: dict, backend: str | None = None) -> None:
+    """Per arm: one warm-up call (peak memory, or compile time), then medians of interleaved repeats.
+    backend: generate()'s compile_backend (a compiled fixed-shape decode step), or None (eager)."""
+    run = lambda kind, strategy: generate(models[kind], prompt, new, strategy=strategy, compile_backend=backend)  # noqa: E731
     for kind, strategy in arms:
         base = ctx.reset_peak()
-        warmup = ctx.timed(lambda: generate(models[kind], prompt, new, strategy=strategy))
+        warmup = ctx.timed(lambda: run(kind, strategy))
         res[arm_name(kind, strategy)] = {"warmup_s": warmup, "peak_mb": ctx.peak_mb(base),
                                          "weights_mb": sum(p.nbytes for p in models[kind].parameters()) / MB}
     times: dict[str, list[float]] = {arm_name(*a): [] for a in arms}
     for i in range(ctx.size["repeats"]):
         for kind, strategy in arms[i % len(arms):] + arms[:i % len(arms)]:
-            times[arm_name(kind, strategy)].append(
-                ctx.timed(lambda: generate(models[kind], prompt, new, strategy=strategy)))
+            times[arm_name(kind, strategy)].append(ctx.timed(lambda: run(kind, strategy)))
     for (kind, strategy), name in zip(arms, times):
         ref = arm_name("dense", "full" if strategy else None)
         res[name]["ms"] = 1e3 * statistics.median(times[name])
@@ -343,19 +344,21 @@ def section_compile(ctx: Ctx, res: dict) -> None:
 
 
 def section_generation_compiled(ctx: Ctx, res: dict) -> None:
+    """generate(compile_backend=...): the fixed-shape decode step compiled (CUDA graphs with inductor
+    on CUDA), the prefill eager; every cached arm."""
     import torch._dynamo
+    from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
-    limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"  # older torch
-    setattr(torch._dynamo.config, limit, 64)  # (prefill, decode) graphs x caches of one forward
     if hasattr(torch._dynamo.config, "fail_on_recompile_limit_hit"):
         torch._dynamo.config.fail_on_recompile_limit_hit = True  # never time a silent fall-back to eager
     models, prompt, new = gen_setup(ctx)
-    for model in models.values():
-        model.compile(dynamic=True, backend=ctx.args.compile_backend)
+    frames = counters["frames"]["ok"]
     res.update(batch=prompt.shape[0], prompt=prompt.shape[1], new_tokens=new, backend=ctx.args.compile_backend,
-               note="warmup_s includes compilation", arms={})
-    gen_latencies(ctx, models, prompt, new, [("dense", "full"), ("recurrent", "full")], res["arms"])
+               note="warmup_s includes compilation (2 frames per arm expected); ratios against dense, compiled",
+               arms={})
+    gen_latencies(ctx, models, prompt, new, [a for a in GEN_ARMS if a[1]], res["arms"], ctx.args.compile_backend)
+    res.update(frames_compiled=counters["frames"]["ok"] - frames, graph_breaks=sum(counters["graph_break"].values()))
 
 
 SECTIONS = [("environment", section_environment), ("train", section_train), ("time_ratio", section_time_ratio),

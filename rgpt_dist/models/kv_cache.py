@@ -29,7 +29,18 @@ Two kinds of store:
   * LayerCache (`KVCache()` without max_len) or any `store=` with transformers' DynamicLayer
     interface (`keys`, `values`, appending `update`: the Hugging Face export's): appended with
     torch.cat, so every held tensor owns exactly its storage and `nbytes()` is the tokens held.
-Both give the same outputs. A cache is made for one depth r (`model.make_cache(strategy, r)`) and
+Both give the same outputs.
+
+Fixed-shape decoding (`KVCache(max_len=..., fixed=True)`, what a compiled decode step uses: see
+rgpt_dist.models.generate): while `cache.slots.index` holds the new tokens' positions (T,) as a
+tensor, a static store writes there with `index_copy_` and attention gets the whole buffers
+(B, H_local, max_len, hd), with the forward's `mask` hiding the positions after the new tokens.
+Every decode step then has the same shapes and no position enters the graph as a Python int, so
+one compiled graph (and one CUDA graph) serves every token. The buffers start zeroed (a masked key
+of NaN garbage would still poison SDPA's weighted sum) and, on CUDA, are marked static addresses so
+CUDA graphs may write them in place.
+
+A cache is made for one depth r (`model.make_cache(strategy, r)`) and
 every forward on it must use that r. The in-place writes make the static cache for inference
 under torch.no_grad() (autograd through a buffer overwritten later would fail in backward).
 """
@@ -69,8 +80,8 @@ class StaticLayerCache:
     are allocated by the first write, taking batch, heads, head_dim, dtype and device from its k/v
     (the cache needs no model shapes); later writes copy into [length, length + T) in place."""
 
-    def __init__(self, max_len: int):
-        self.max_len, self.length = max_len, 0
+    def __init__(self, max_len: int, slots: "Slots | None" = None):
+        self.max_len, self.length, self.slots = max_len, 0, slots
         self.k_buf: torch.Tensor | None = None  # (B, H_local, max_len, head_dim)
         self.v_buf: torch.Tensor | None = None
 
@@ -94,16 +105,28 @@ class StaticLayerCache:
             raise ValueError(f"static KV cache of capacity max_len={self.max_len} holds {self.length} tokens; "
                              f"{k.shape[2]} more do not fit")
         if self.k_buf is None:
-            B, H, _, hd = k.shape
-            self.k_buf = k.new_empty((B, H, self.max_len, hd))
-            self.v_buf = v.new_empty((B, H, self.max_len, v.shape[3]))
+            self._allocate(k, v)
         elif k.shape[:2] != self.k_buf.shape[:2] or k.shape[3] != self.k_buf.shape[3]:
             # (a batch of 1 would otherwise broadcast silently into every row)
             raise ValueError(f"K/V of shape {tuple(k.shape)} do not fit this cache's buffers "
                              f"{tuple(self.k_buf.shape)} (batch, heads, -, head_dim)")
+        if self.slots is not None and self.slots.index is not None:  # fixed shapes: see the module doc
+            self.k_buf.index_copy_(2, self.slots.index, k)
+            self.v_buf.index_copy_(2, self.slots.index, v)
+            return self.k_buf, self.v_buf
         self.k_buf[:, :, self.length:end] = k
         self.v_buf[:, :, self.length:end] = v
         return self.k_buf[:, :, :end], self.v_buf[:, :, :end]
+
+    def _allocate(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Buffers (B, H_local, max_len, hd) shaped after the first k, v. Fixed-shape ones are
+        zeroed (attention reads them whole) and static for CUDA graphs."""
+        B, H, _, hd = k.shape
+        new = k.new_empty if self.slots is None else k.new_zeros
+        self.k_buf, self.v_buf = new((B, H, self.max_len, hd)), new((B, H, self.max_len, v.shape[3]))
+        if self.slots is not None and k.is_cuda:
+            torch._dynamo.mark_static_address(self.k_buf)
+            torch._dynamo.mark_static_address(self.v_buf)
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Appends k, v (B, H_local, T, hd): returns views of all held K/V, (B, H_local, P + T, hd)."""
@@ -119,6 +142,14 @@ class StaticLayerCache:
     def keep(self, t_new: int) -> None:
         """Keeps the t_new tokens staged last (`last` keeps the final step's K/V without a copy)."""
         self.length += t_new
+
+
+class Slots:
+    """The positions a fixed-shape cache's static stores write the new tokens to: `index`, a (T,)
+    long tensor on the cache's device, or None to append at each store's length (the prefill)."""
+
+    def __init__(self):
+        self.index: torch.Tensor | None = None
 
 
 def _held(store: Any) -> list[torch.Tensor]:
@@ -177,20 +208,26 @@ class KVCache:
     `cache.end(T_new)` commits compressed entries and advances `length`.
 
     max_len: preallocated storage of that many tokens per layer (StaticLayerCache; at most
-    block_size). Otherwise `store` makes each layer's dynamic storage (anything with `keys`,
+    block_size); fixed: its stores also take positions from `slots` (fixed-shape decoding).
+    Otherwise `store` makes each layer's dynamic storage (anything with `keys`,
     `values` and an appending `update`): LayerCache by default.
     """
 
     def __init__(self, n_layers: int, n_core: int = 0, strategy: str = "full", r: int | None = None,
-                 block_size: int | None = None, store: Callable[[], Any] | None = None, max_len: int | None = None):
+                 block_size: int | None = None, store: Callable[[], Any] | None = None, max_len: int | None = None,
+                 fixed: bool = False):
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown KV-cache strategy {strategy!r}; expected one of {STRATEGIES}")
+        self.slots: Slots | None = None
         if max_len is not None:
             if store is not None:
                 raise ValueError("pass either max_len (a static cache) or store (dynamic storage), not both")
             if not 1 <= max_len <= (block_size or max_len):
                 raise ValueError(f"KV cache max_len={max_len} must be in [1, block_size={block_size}]")
-            store = lambda: StaticLayerCache(max_len)  # noqa: E731
+            slots = self.slots = Slots() if fixed else None
+            store = lambda: StaticLayerCache(max_len, slots)  # noqa: E731
+        elif fixed:
+            raise ValueError("a fixed-shape KV cache needs max_len (static storage)")
         self.strategy, self.r, self.block_size, self.max_len = strategy, r, block_size, max_len
         self.length = 0
         store = store or LayerCache

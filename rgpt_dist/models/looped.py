@@ -67,14 +67,16 @@ class LoopedLM(nn.Module):
         extra = list(self.prelude) + list(self.coda) if mode == "blocks" else []
         return [self.recurrence] + extra
 
-    def make_cache(self, strategy: str = "full", r: int | None = None, max_len: int | None = None) -> KVCache:
+    def make_cache(self, strategy: str = "full", r: int | None = None, max_len: int | None = None,
+                   fixed: bool = False) -> KVCache:
         """An empty KV cache for forwards at depth r (default R): ordinary caches for the prelude and
         coda, and for the shared core one per (step, block) with `full`, or one per block with the
         compressed `first`, `last`, `average` (see rgpt_dist.models.kv_cache). Static: each layer's
-        K/V buffers hold max_len tokens (default block_size), allocated by the first forward."""
+        K/V buffers hold max_len tokens (default block_size), allocated by the first forward;
+        fixed: for fixed-shape (compiled) decoding (KVCache's `fixed`)."""
         r = self.cfg.n_loops if r is None else int(r)
         return KVCache(self.cfg.n_pre + self.cfg.n_coda, self.cfg.n_rec, strategy, r, self.cfg.block_size,
-                       max_len=self.cfg.block_size if max_len is None else max_len)
+                       max_len=self.cfg.block_size if max_len is None else max_len, fixed=fixed)
 
     def readout(self, h: torch.Tensor, targets: torch.Tensor | None = None, caches: list | None = None,
                 mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -53,7 +53,10 @@ def test_quick_runs_every_section_and_survives_a_failing_one(tmp_path):
     assert gen["dense/full"]["ratio_to_dense"] == 1.0 and gen["recurrent/average"]["ms"] > 0
     compiled = sections["compile"]["results"]
     assert compiled["speedup"] > 0 and compiled["compiled"]["graph_breaks"] >= 0
-    assert set(sections["generation_compiled"]["results"]["arms"]) == {"dense/full", "recurrent/full"}
+    gen_compiled = sections["generation_compiled"]["results"]
+    assert set(gen_compiled["arms"]) == {"dense/full", "recurrent/full", "recurrent/first", "recurrent/last",
+                                         "recurrent/average"}
+    assert gen_compiled["graph_breaks"] == 0 and gen_compiled["frames_compiled"] <= 2 * 5
     for needle in ("## GPU suite", "| train arm |", "FLOP-normalised", "torch.compile", "| generation arm |",
                    "- time_ratio: **error**"):
         assert needle in out

@@ -148,3 +148,72 @@ def test_eos_stop_returns_a_contiguous_prefix():
     eos = int(generate(model, prompt[:1], NEW)[0, 7])
     out = generate(model, prompt[:1], NEW, eos_token_id=eos)
     assert out.shape[1] < 5 + NEW and out.is_contiguous() and out[0, -1] == eos
+
+
+@torch.no_grad()
+def fixed_shape_logits(model, idx, strategy, r, backend):
+    """Teacher-forced decoding of idx (B, T) through generate()'s compiled step: prefill idx[:, :3]
+    eagerly, then one token per step on a fixed-shape cache -> logits (B, T - 2, V) of each step."""
+    from rgpt_dist.models.generate import compiled_step
+
+    depth = {} if r is None else {"r": r}
+    cache = model.make_cache(strategy, r, max_len=idx.shape[1], fixed=True)
+    out = [model(idx[:, :3], cache=cache, **depth).logits[:, -1]]
+    cache.slots.index = torch.empty(1, dtype=torch.long)
+    for t in range(3, idx.shape[1]):
+        cache.slots.index.fill_(t)
+        out.append(compiled_step(backend, False)(model, idx[:, t:t + 1], cache, depth))
+    return torch.stack(out, dim=1)
+
+
+def compile_cases():
+    from rgpt_dist.models.spec import families, spec_for
+
+    cases = [(name, "full") for name in sorted(families())]
+    return cases + [("recurrent_gpt", s) for s in STRATEGIES if s != "full"]
+
+
+@pytest.mark.parametrize("name,strategy", compile_cases())
+def test_compiled_decode_step_equals_the_uncompiled_cache(name, strategy):
+    """Every family's compiled fixed-shape decode step (whole buffers under a mask, positions from a
+    tensor) gives the logits of the ordinary static cache, token by token, with no graph break."""
+    from torch._dynamo.utils import counters
+    from tests.models.test_kv_cache import decode, family_model
+
+    model, cfg, spec = family_model(name)
+    r = spec.default_depth(cfg) if spec.recurrent else None
+    idx = tokens(cfg, 12)
+    breaks = sum(counters["graph_break"].values())
+    got = fixed_shape_logits(model, idx, strategy, r, "aot_eager")
+    want = torch.cat(decode(model, [idx[:, :3]] + list(idx[:, 3:].split(1, dim=1)),
+                            model.make_cache(strategy, r), **({} if r is None else {"r": r})), dim=1)[:, 2:]
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    assert want.std() > 0.1 and sum(counters["graph_break"].values()) == breaks
+
+
+def test_compiled_generation_equals_eager_and_its_warm_up_is_bounded():
+    """generate(compile_backend=...) samples the eager tokens; it compiles twice on its first call
+    (the caches' lengths specialised, then symbolic), never again for the same length, and once more
+    for a new cache size, after which sizes are symbolic too."""
+    from torch._dynamo.utils import counters
+
+    model, cfg = make()
+    prompt = tokens(cfg, 5)
+    frames = lambda: counters["frames"]["ok"]  # noqa: E731
+    start = frames()
+    out = generate(model, prompt, NEW, r=R, strategy="full", compile_backend="aot_eager")
+    assert torch.equal(out, generate(model, prompt, NEW, r=R, strategy="full"))
+    assert_varied(out, 5)
+    assert frames() - start <= 2
+    first = frames()
+    generate(model, prompt, NEW, r=R, strategy="full", compile_backend="aot_eager")
+    assert frames() == first
+    for n in (NEW + 8, NEW + 4, NEW + 12):
+        longer = generate(model, prompt, n, r=R, strategy="full", compile_backend="aot_eager")
+        assert torch.equal(longer[:, :5 + NEW], out)
+    assert frames() - first <= 1
+    with pytest.raises(ValueError, match="needs a strategy"):
+        generate(model, prompt, 2, strategy=None, compile_backend="aot_eager")
+    with pytest.raises(ValueError, match="needs max_len"):
+        from rgpt_dist.models.kv_cache import KVCache
+        KVCache(2, fixed=True)

@@ -33,15 +33,17 @@ class GPT2(nn.Module):
         """Modules whose activations are recomputed in backward: every block (any mode)."""
         return list(self.blocks)
 
-    def make_cache(self, strategy: str = "full", r: int | None = None, max_len: int | None = None) -> KVCache:
+    def make_cache(self, strategy: str = "full", r: int | None = None, max_len: int | None = None,
+                   fixed: bool = False) -> KVCache:
         """An empty KV cache for `forward(..., cache=)`: one ordinary K/V cache per block. The
         strategy only concerns shared blocks, which a dense model has none of (any known one gives
         the same cache); r must be None. Static: each block's K/V buffers hold max_len tokens
-        (default block_size), allocated by the first forward (see rgpt_dist.models.kv_cache)."""
+        (default block_size), allocated by the first forward; fixed: for fixed-shape (compiled) decoding
+        (see rgpt_dist.models.kv_cache)."""
         if r is not None:
             raise ValueError("GPT2 has no recurrence depth: r is not supported")
         return KVCache(self.cfg.n_layer, strategy=strategy, block_size=self.cfg.block_size,
-                       max_len=self.cfg.block_size if max_len is None else max_len)
+                       max_len=self.cfg.block_size if max_len is None else max_len, fixed=fixed)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, r: int | None = None,
                 all_exits: bool = False, noise_key: object = None, cache: KVCache | None = None,
