@@ -54,14 +54,18 @@ def block_executions(cfg: ModelConfig, r: float | None = None) -> float:
 
 def forward_flops(cfg: ModelConfig, seq_len: int, r: float | None = None) -> float:
     """Eq. 1: forward FLOPs per token without the LM head, at depth r (default R; may be E[r])."""
-    return float(block_executions(cfg, r) * block_flops(cfg, seq_len) + spec_for(cfg).step_flops(cfg, r))
+    spec = spec_for(cfg)
+    return float(block_executions(cfg, r) * block_flops(cfg, seq_len) + spec.step_flops(cfg, r)
+                 + spec.sequence_flops(cfg, seq_len, r))
 
 
 def executed_forward_flops(cfg: ModelConfig, seq_len: int, r: float | None = None) -> float:
     """Matmul FLOPs per token (head excluded) this implementation actually runs, e.g. RecurrentGPT
     computes the h_pre halves of W_proj and of the gate once per forward instead of every step.
     MFU and the paper's comparisons use Eq. 1; this is the count torch's flop counter sees."""
-    return float(block_executions(cfg, r) * block_flops(cfg, seq_len) + spec_for(cfg).executed_step_flops(cfg, r))
+    spec = spec_for(cfg)
+    return float(block_executions(cfg, r) * block_flops(cfg, seq_len) + spec.executed_step_flops(cfg, r)
+                 + spec.sequence_flops(cfg, seq_len, r))
 
 
 def executed_overhead_flops(cfg: ModelConfig, r: float | None = None) -> float:

@@ -35,7 +35,8 @@ def hf_config(cfg: LoopedConfig, *, r_eval: int | None = None, kv_strategy: str 
 
     fields = cfg.to_dict()
     config = RGPTConfig(native_fields=list(fields), r_eval=r_eval, kv_strategy=kv_strategy,
-                        max_eval_depth=spec_for(cfg).max_eval_depth(cfg), **fields)
+                        max_eval_depth=spec_for(cfg).max_eval_depth(cfg),
+                        kv_strategies=list(spec_for(cfg).kv_strategies), **fields)
     config.architectures = ["RGPTForCausalLM"]
     config.auto_map = dict(AUTO_MAP)
     config.dtype = dtype

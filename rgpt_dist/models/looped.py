@@ -60,6 +60,16 @@ class LoopedLM(nn.Module):
         """Scalar statistics of one step's `extra` output, logged when forward is asked for them."""
         return {}
 
+    def step_aux_loss(self, extra: Any) -> torch.Tensor | None:
+        """One step's auxiliary loss from its `extra` output (summed over steps into aux['aux_loss'],
+        which the trainer adds to the loss), or None (no auxiliary loss)."""
+        return None
+
+    def hidden(self, s: Any) -> torch.Tensor:
+        """The hidden state (B, T, d) the coda reads from a step state s (the state itself, unless
+        the family carries more in it: Mixture-of-Recursions' routing)."""
+        return s
+
     # ---- shared -----------------------------------------------------------------------------
     def checkpoint_units(self, mode: str) -> list[nn.Module]:
         """Modules whose activations are recomputed in backward: the recurrence step (called r
@@ -68,14 +78,22 @@ class LoopedLM(nn.Module):
         return [self.recurrence] + extra
 
     def make_cache(self, strategy: str = "full", r: int | None = None, max_len: int | None = None,
-                   fixed: bool = False) -> KVCache:
+                   fixed: bool = False, store: Callable[[], Any] | None = None) -> KVCache:
         """An empty KV cache for forwards at depth r (default R): ordinary caches for the prelude and
         coda, and for the shared core one per (step, block) with `full`, or one per block with the
         compressed `first`, `last`, `average` (see rgpt_dist.models.kv_cache). Static: each layer's
         K/V buffers hold max_len tokens (default block_size), allocated by the first forward;
-        fixed: for fixed-shape (compiled) decoding (KVCache's `fixed`)."""
+        fixed: for fixed-shape (compiled) decoding (KVCache's `fixed`). store: dynamic storage
+        instead (KVCache's `store`: the Hugging Face export's DynamicLayers)."""
+        return self._cache(self.cfg.n_rec, strategy, r, max_len, fixed, store)
+
+    def _cache(self, n_core: int, strategy: str, r: int | None, max_len: int | None, fixed: bool,
+               store: Callable[[], Any] | None) -> KVCache:
+        """make_cache's KVCache with n_core stores per core step."""
         r = self.cfg.n_loops if r is None else int(r)
-        return KVCache(self.cfg.n_pre + self.cfg.n_coda, self.cfg.n_rec, strategy, r, self.cfg.block_size,
+        if store is not None:
+            return KVCache(self.cfg.n_pre + self.cfg.n_coda, n_core, strategy, r, self.cfg.block_size, store=store)
+        return KVCache(self.cfg.n_pre + self.cfg.n_coda, n_core, strategy, r, self.cfg.block_size,
                        max_len=self.cfg.block_size if max_len is None else max_len, fixed=fixed)
 
     def readout(self, h: torch.Tensor, targets: torch.Tensor | None = None, caches: list | None = None,
@@ -109,22 +127,27 @@ class LoopedLM(nn.Module):
         for block, block_cache in zip(self.prelude, pre_caches or [None] * n_pre):
             h = block(h, block_cache, None, mask)
         s, anchor = self.start(h, r, noise_key, past, positions)          # (B, T, d), family-specific
-        exit_losses = [self.readout(s, targets)[1]] if all_exits and r > 0 else []
+        exit_losses = [self.readout(self.hidden(s), targets)[1]] if all_exits and r > 0 else []
         # truncated backprop: the first r - k steps run without autograd (training only)
         no_grad_steps = r - self.grad_steps(r) if self.training and torch.is_grad_enabled() else 0
         per_step: list[dict[str, torch.Tensor]] = []
+        aux_losses: list[torch.Tensor] = []
         for i in range(r):
             with torch.no_grad() if i < no_grad_steps else contextlib.nullcontext():
                 s, extra = self.recurrence(s, anchor, i, None if noise_key is None else noise_key.at(i),
                                            None if cache is None else cache.core_step(i), mask)
             if stats:
                 per_step.append(self.step_statistics(extra))
+            if (step_aux := self.step_aux_loss(extra)) is not None:
+                aux_losses.append(step_aux)
             if all_exits and i < r - 1:
-                exit_losses.append(self.readout(s, targets)[1])
-        logits, loss = self.readout(s, targets, coda_caches, mask)
+                exit_losses.append(self.readout(self.hidden(s), targets)[1])
+        logits, loss = self.readout(self.hidden(s), targets, coda_caches, mask)
         if cache is not None:
             cache.end(idx.shape[1])
         aux: dict[str, Any] = {"depth": r}
+        if aux_losses:
+            aux["aux_loss"] = torch.stack(aux_losses).sum()
         if per_step and per_step[0]:  # name -> (r,): one value per step
             aux["stats"] = {k: torch.stack([p[k] for p in per_step]) for k in per_step[0]}
         if all_exits:

@@ -55,6 +55,8 @@ class FamilySpec:
     """Whether forward takes a depth r (and all_exits): the early-exit curve exists."""
     diagnostics: ClassVar[bool] = False
     """Whether `rgpt-eval diagnostics` applies (RecurrentGPT's per-step gate and state statistics)."""
+    kv_strategies: ClassVar[tuple[str, ...]] = ("full", "first", "last", "average")
+    """The KV-cache strategies its make_cache accepts (rgpt_dist.models.kv_cache)."""
     learned_exit: ClassVar[bool] = False
     """Whether the model decides per token when to stop (Ouro's exit gate): its model has
     `exits_at_thresholds(idx, targets, thresholds)` and the spec `exit_flops(cfg, seq_len, depth)`."""
@@ -114,6 +116,12 @@ class FamilySpec:
     def executed_step_flops(self, cfg: Any, r: float | None = None) -> float:
         """`step_flops` as this implementation runs them per token (what torch's flop counter sees)."""
         return self.step_flops(cfg, r)
+
+    def sequence_flops(self, cfg: Any, seq_len: int, r: float | None = None) -> float:
+        """Forward FLOPs per token beyond `block_executions` full-context blocks and `step_flops`
+        that depend on the sequence length (Mixture-of-Recursions: a recursion attends over its
+        kept tokens only, a negative term). 0 here."""
+        return 0.0
 
     def executed_overhead_flops(self, cfg: Any, r: float | None = None) -> float:
         """Matmul FLOPs a forward at depth r runs once, whatever its number of tokens (RRT: forming

@@ -38,6 +38,7 @@ FAMILIES = {
     "poisson": spec_for("poisson").config(**LOOPED, k_max=2),
     "relaxed": spec_for("relaxed").config(**LOOPED, lora_rank=4, lora_alpha=4.0),
     "ouro": spec_for("ouro").config(**LOOPED),
+    "mor": spec_for("mor").config(**LOOPED, router_alpha=1.0),
 }
 LOOPED_FAMILIES = [f for f in FAMILIES if f != "gpt2"]
 N_NEW = 10
@@ -96,10 +97,11 @@ def transformers5() -> list[str]:
 def perturbed(cfg):
     """A random model moved off its init far enough that greedy decoding does not repeat one token
     (the tiny GPT-2 needs a larger step than the looped models, as in test_hf_looped.py, and Ouro's
-    plain loop, without injection or gate, larger still), in eval mode."""
+    plain loop, without injection or gate, larger still; MoR's routed updates, at most alpha of the
+    core's change, in between), in eval mode."""
     model = build_model(cfg, seed=0).eval()
     g = torch.Generator().manual_seed(1)
-    scale = {"gpt2": 0.3, "ouro": 0.4}.get(cfg.family, 0.1)
+    scale = {"gpt2": 0.3, "ouro": 0.4, "mor": 0.2}.get(cfg.family, 0.1)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn(p.shape, generator=g) * scale)

@@ -262,3 +262,49 @@ def ouro_objective(sd, cfg, idx, targets, r):
     expected = sum(pt * lt for pt, lt in zip(p, losses))
     entropy = -sum(pt * torch.log(pt) for pt in p)
     return (expected - cfg.entropy_beta * entropy).mean(), losses[-1].mean()
+
+
+def mor_forward(sd, cfg, idx, r, routing):
+    """Mixture-of-Recursions, expert-choice (SPEC section 4), one sequence at a time with the routes
+    chosen by sorting Python lists. routing: 'top_k' (training: the ceil(c_i T) best-scored
+    candidates) or 'threshold' (inference: candidates with sigmoid(score) > 1/2; all where c_i = 1).
+    Returns (logits (B, T, V_padded), auxiliary loss, routes: [recursion][row] -> sorted positions)."""
+    eps, N = cfg.ln_eps, cfg.n_loops
+    B, T = idx.shape
+    h = sd["embed.wte.weight"][idx] + sd["embed.wpe.weight"][:T]
+    for i in range(cfg.n_pre):
+        h = block(h, sd, f"prelude.{i}.", cfg.n_head, eps)
+    rows, candidates = [h[b] for b in range(B)], [list(range(T)) for _ in range(B)]
+    aux, routes = 0.0, []
+    for i in range(r):
+        c = (N - i) / N if i < N else 0.0
+        w = sd["recurrence.router.weight"][i] if i < N else None
+        bce_sum, count, chosen_rows = 0.0, 0, []
+        for b in range(B):
+            x_b, cand = rows[b], candidates[b]
+            z = x_b @ w if w is not None else torch.zeros(T, dtype=x_b.dtype)
+            if routing == "top_k":
+                chosen = sorted(sorted(cand, key=lambda t: -float(z[t].detach()))[:math.ceil(c * T)])
+            else:
+                chosen = list(cand) if c >= 1 else [t for t in cand if float(z[t].detach()) > 0] if c > 0 else []
+            for t in cand:  # binary cross-entropy of sigmoid(z) against the route, over the candidates
+                p = torch.sigmoid(z[t])
+                bce_sum = bce_sum - (torch.log(p) if t in chosen else torch.log(1 - p))
+            count += len(cand)
+            if chosen:
+                x = x_b[chosen][None]                                     # (1, k, d), position order
+                o = x
+                for j in range(cfg.n_rec):
+                    o = block(o, sd, f"recurrence.blocks.{j}.", cfg.n_head, eps)
+                upd = x[0] + cfg.router_alpha * torch.sigmoid(z[chosen])[:, None] * (o[0] - x[0])
+                rows[b] = torch.stack([upd[chosen.index(t)] if t in chosen else x_b[t] for t in range(T)])
+            chosen_rows.append(chosen)
+            candidates[b] = chosen
+        routes.append(chosen_rows)
+        if i < N:
+            aux = aux + cfg.router_aux_coef * bce_sum / max(count, 1)
+    h = torch.stack(rows)
+    for i in range(cfg.n_coda):
+        h = block(h, sd, f"coda.{i}.", cfg.n_head, eps)
+    h = layer_norm(h, sd["head.ln_f.weight"], sd["head.ln_f.bias"], eps)
+    return h @ sd["embed.wte.weight"].T, aux, routes

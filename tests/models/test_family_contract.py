@@ -75,12 +75,14 @@ def test_parameters_and_executed_flops_match_the_model(family):
     _, cfg, model = family
     assert param_count(cfg) == sum(p.numel() for p in model.parameters())
     idx, _ = batch(cfg, B=2, T=48)
+    model.train()  # the training forward's FLOPs (what MFU counts: MoR's routed recursions)
     for r in depths(cfg):
         # the math SDPA backend runs attention as bmm ops the counter sees
         with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter, torch.no_grad():
             model(idx, **({} if r is None else {"r": r}))
         expected = idx.numel() * (executed_forward_flops(cfg, 48, r) + head_flops(cfg)) + executed_overhead_flops(cfg, r)
         assert counter.get_total_flops() == pytest.approx(expected, rel=0.02), f"r={r}"
+    model.eval()
 
 
 def test_tp2_split_and_merge_round_trip(family):

@@ -233,7 +233,7 @@ def family_cases():
         if not spec_for(name).recurrent:
             cases.append((name, "full", None))
             continue
-        cases += [(name, s, r) for s in STRATEGIES for r in (0, 1, "R")]
+        cases += [(name, s, r) for s in spec_for(name).kv_strategies for r in (0, 1, "R")]
     return cases
 
 

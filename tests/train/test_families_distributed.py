@@ -15,13 +15,15 @@ from tests.train.test_distributed import kill_and_restart
 pytestmark = pytest.mark.slow
 
 # per family: the flavour and its depth settings (Poisson: mean depth 4, gradient through 2 steps;
-# RRT: 3 steps with their adapters; Ouro: 3 iterations, each read out and weighted by its exit gate)
+# RRT: 3 steps with their adapters; Ouro: 3 iterations, each read out and weighted by its exit gate;
+# MoR: 3 recursions keeping all, 2/3 and 1/3 of each sequence's tokens)
 FAMILIES = {"poisson": ["model=poisson-debug", "model.n_loops=4", "model.k_max=2"],
             "relaxed": ["model=rrt-debug", "model.n_loops=3"],
-            "ouro": ["model=ouro-debug", "model.n_loops=3"]}
-STAGES_RUN = {"poisson": [0, 1, 3], "relaxed": [3], "ouro": [3]}
+            "ouro": ["model=ouro-debug", "model.n_loops=3"],
+            "mor": ["model=mor-debug", "model.n_loops=3"]}
+STAGES_RUN = {"poisson": [0, 1, 3], "relaxed": [3], "ouro": [3], "mor": [3]}
 # what makes a run independent of the data-parallel layout (noise keys include the dp rank)
-DETERMINISTIC = {"poisson": ["model.state_std=0"], "relaxed": [], "ouro": []}
+DETERMINISTIC = {"poisson": ["model.state_std=0"], "relaxed": [], "ouro": [], "mor": []}
 # one vocabulary padding for every layout (it changes the initial weights), divisible by tp = 2; the
 # same 16 validation samples in every layout: dp = 2 ranks x 4 micro-batches of 2, or 1 rank x 8
 STEPS = ["model.pad_vocab_multiple=256", "train.max_steps=5", "eval.every_steps=5", "checkpoint.every_steps=5"]
@@ -32,7 +34,7 @@ DP2_EVAL, ONE_RANK_EVAL = "eval.batches=4", "eval.batches=8"
 # that floor's scale: dp = 2 at 2.2e-5 (ZeRO-1) and 3.1e-5 (ZeRO-3), tp = 2 x dp = 2 at 6.3e-5, tp = 2
 # at 8.0e-5 (2026-12-01). So the norm is held to 2e-4 there; a wrong reduction (a sum for a mean, a
 # rank or a tp partial left out) moves it by 1e-2 or more. Steps 1-4 stay within 2e-6 in every layout.
-GRAD_NORM_REL = {"poisson": 2e-4, "relaxed": None, "ouro": None}
+GRAD_NORM_REL = {"poisson": 2e-4, "relaxed": None, "ouro": None, "mor": None}
 
 
 def run(nproc, run_dir, dataset, family, *overrides):
@@ -86,8 +88,8 @@ def test_tp2_x_dp2_at_zero2_matches_one_rank(family, one_rank, dataset, tmp_path
     assert_same_training(got, ref, rel=2e-5, grad_norm_rel=GRAD_NORM_REL[family])
 
 
-# truncated backprop at ZeRO-3, and Ouro's objective over every iteration's readout
-@pytest.mark.parametrize("family", ["poisson", "ouro"])
+# truncated backprop at ZeRO-3, Ouro's objective over every iteration's readout, MoR's routed gathers
+@pytest.mark.parametrize("family", ["poisson", "ouro", "mor"])
 def test_sigkill_and_restart_is_bitwise(family, dataset, tmp_path):
     """Killed with SIGKILL after step 5, restarted: it resumes from its newest complete checkpoint
     (step 3 or 6, asserted; the records after it planted wrong) and logs the uninterrupted run's

@@ -6,7 +6,7 @@ prelude and coda block, and for the shared core one per (recurrence step, block)
 from __future__ import annotations
 
 import inspect
-from typing import Optional
+from typing import Callable, Optional
 
 from transformers.cache_utils import Cache, DynamicLayer
 
@@ -21,7 +21,10 @@ _CROP_REMOVES = "tokens_to_remove" in inspect.signature(DynamicLayer.crop).param
 class RGPTCache(Cache):
     """`kv`: the native cache the model's forward takes; `layers`: its DynamicLayer stores."""
 
-    def __init__(self, config: RGPTConfig, r: Optional[int] = None, strategy: Optional[str] = None):
+    def __init__(self, config: RGPTConfig, r: Optional[int] = None, strategy: Optional[str] = None,
+                 make_kv: Optional[Callable[..., KVCache]] = None):
+        """make_kv(strategy, r, store=...): the native model's make_cache (a family may lay its cache
+        out its own way: Mixture-of-Recursions adds a route store per step); KVCache's layout if None."""
         self.r = check_r_eval(config.r_eval if r is None else r, config.max_eval_depth)
         self.strategy = check_kv_strategy(config.kv_strategy if strategy is None else strategy)
         stores = []
@@ -30,8 +33,11 @@ class RGPTCache(Cache):
             stores.append(DynamicLayer())
             return stores[-1]
 
-        self.kv = KVCache(config.n_pre + config.n_coda, config.n_rec, self.strategy, self.r, config.block_size,
-                          store=store)
+        if make_kv is not None:
+            self.kv = make_kv(self.strategy, self.r, store=store)
+        else:
+            self.kv = KVCache(config.n_pre + config.n_coda, config.n_rec, self.strategy, self.r, config.block_size,
+                              store=store)
         super().__init__(layers=stores)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:

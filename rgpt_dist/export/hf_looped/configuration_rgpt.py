@@ -8,7 +8,8 @@ inference settings, overridable at load:
     AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True, r_eval=8, kv_strategy="average")
 
 r_eval: the recurrence depth R* (default R; at most `max_eval_depth` where the family has one, e.g.
-RRT's adapters end at R). kv_strategy: full | first | last | average. The standard names other tools
+RRT's adapters end at R). kv_strategy: full | first | last | average (those the family's cache
+offers, `kv_strategies`: Mixture-of-Recursions caches `full` only). The standard names other tools
 read (hidden_size, num_attention_heads, max_position_embeddings, n_positions, num_hidden_layers) are
 derived from the fields and kept in step with them; values for them in a config.json are ignored.
 num_hidden_layers counts the blocks one forward executes at r_eval (n_pre + n_rec * r_eval + n_coda).
@@ -38,9 +39,12 @@ def check_r_eval(value, deepest=None) -> int:
     return depth
 
 
-def check_kv_strategy(value) -> str:
+def check_kv_strategy(value, supported=None) -> str:
+    """supported: the strategies this family's cache offers (None: all)."""
     if value not in KV_STRATEGIES:
         raise ValueError(f"kv_strategy must be one of {', '.join(KV_STRATEGIES)}, got {value!r}")
+    if supported is not None and value not in supported:
+        raise ValueError(f"kv_strategy={value!r}: this model's cache offers {', '.join(supported)} only")
     return value
 
 
@@ -53,7 +57,7 @@ class RGPTConfig(PretrainedConfig):
     has_no_defaults_at_init = True  # the native fields have no defaults: a config always names its model
 
     def __init__(self, native_fields: list | None = None, r_eval: int | None = None, kv_strategy: str = "full",
-                 max_eval_depth: int | None = None, bos_token_id: int = 50256, eos_token_id: int = 50256,
+                 max_eval_depth: int | None = None, kv_strategies: list | None = None, bos_token_id: int = 50256, eos_token_id: int = 50256,
                  use_cache: bool = True, **kwargs):
         for name in _DERIVED:  # derived below; a stale copy from a config.json must not win
             kwargs.pop(name, None)
@@ -64,6 +68,7 @@ class RGPTConfig(PretrainedConfig):
         for name in self.native_fields:
             setattr(self, name, kwargs.pop(name))
         self.max_eval_depth = max_eval_depth
+        self.kv_strategies = None if kv_strategies is None else list(kv_strategies)
         self.kv_strategy = kv_strategy
         self.use_cache = use_cache
         self._check_structure()
@@ -77,7 +82,7 @@ class RGPTConfig(PretrainedConfig):
             value = self.__dict__.get("n_loops") if value is None else value
             value = check_r_eval(value, self.__dict__.get("max_eval_depth"))
         elif key == "kv_strategy":
-            value = check_kv_strategy(value)
+            value = check_kv_strategy(value, self.__dict__.get("kv_strategies"))
         super().__setattr__(key, value)
         if key in _SOURCES and all(k in self.__dict__ for k in _SOURCES):
             d = self.__dict__
@@ -100,7 +105,7 @@ class RGPTConfig(PretrainedConfig):
         """Re-checks every field (the model calls this, so a bad value set after __init__ still fails)."""
         self._check_structure()
         check_r_eval(self.r_eval, self.max_eval_depth)
-        check_kv_strategy(self.kv_strategy)
+        check_kv_strategy(self.kv_strategy, self.kv_strategies)
 
     # what the native model reads besides its fields (rgpt_dist.config.model.ModelConfig has the same)
     @property

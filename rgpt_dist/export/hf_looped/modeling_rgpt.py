@@ -77,7 +77,7 @@ class RGPTForCausalLM(RGPTPreTrainedModel, GenerationMixin):
     def make_cache(self, r: Optional[int] = None, strategy: Optional[str] = None) -> RGPTCache:
         """An empty cache for depth r (default config.r_eval) and strategy (default config.kv_strategy);
         pass it as past_key_values to forward or generate to choose them per call."""
-        return RGPTCache(self.config, r, strategy)
+        return RGPTCache(self.config, r, strategy, self.model.make_cache)
 
     def _resolve_cache(self, past_key_values, use_cache: bool, r: int) -> Optional[RGPTCache]:
         if isinstance(past_key_values, RGPTCache):

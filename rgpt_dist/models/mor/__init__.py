@@ -1,0 +1,75 @@
+"""Mixture-of-Recursions (Bae et al. 2025; SPEC section 4): config.py (MoRConfig), model.py
+(MixtureOfRecursionsGPT, its router and routed recursion). Trained in every Table 1 cell."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rgpt_dist.config.flavours import CELLS, DEBUG_WIDTH, looped
+from rgpt_dist.depth import FixedDepth
+from rgpt_dist.models.mor.config import MoRConfig
+from rgpt_dist.models.spec import LoopedSpec
+
+
+class MoRSpec(LoopedSpec):
+    name = "mor"
+    title = "MoR"
+    table1_row = 1
+    config = MoRConfig
+    model = "rgpt_dist.models.mor.model:MixtureOfRecursionsGPT"
+    hf_writer = "rgpt_dist.export.hf_looped_writer:write_hf_looped"
+    kv_strategies = ("full",)
+    flavours = {**{f"mor-{cell}": looped("mor", cell) for cell in CELLS},
+                "mor-debug": {"family": "mor", **DEBUG_WIDTH, "n_pre": 1, "n_rec": 1, "n_loops": 3, "n_coda": 1}}
+    dense_reference = {**{f"mor-{cell}": dense for cell, (_, dense) in CELLS.items()}, "mor-debug": "gpt2-debug"}
+    # Table 1 prints the same Params and FLOPs/fwd for every method of a cell
+    paper_table1 = {"mor-small-isoflops": (36e6, 1.84e9), "mor-medium-isoflops": (124e6, 7.35e9),
+                    "mor-large-isoflops": (288e6, 21.1e9), "mor-medium-isoparams": (354e6, 26.4e9),
+                    "mor-large-isoparams": (774e6, 109.0e9)}
+    paper_val_loss = {"mor-small-isoflops": 3.30, "mor-medium-isoflops": 3.02, "mor-large-isoflops": 2.91,
+                      "mor-medium-isoparams": 2.78, "mor-large-isoparams": 2.69}
+
+    def depth_sampler(self, cfg: Any):
+        """Depth-fixed: every recursion runs (at its capacity) in every step."""
+        return FixedDepth(cfg.n_loops)
+
+    def max_eval_depth(self, cfg: Any) -> int:
+        return cfg.n_loops  # capacity 0 beyond N
+
+    def extra_params(self, cfg: Any) -> int:
+        """The router: one w_i (d) per recursion."""
+        return cfg.n_loops * cfg.d_model
+
+    @staticmethod
+    def capacities(cfg: Any, r: float | None = None) -> list[float]:
+        """c_i = (N - i) / N of the recursions a depth-r forward runs (r <= N)."""
+        N = cfg.n_loops
+        return [(N - i) / N for i in range(min(N, N if r is None else math.ceil(r)))]
+
+    def block_executions(self, cfg: Any, r: float | None = None) -> float:
+        """Per token: the prelude, the coda, and n_rec blocks for the fraction c_i of tokens each
+        recursion keeps (Eq. 1 generalised to the routed token counts)."""
+        return float(cfg.n_pre + cfg.n_coda + cfg.n_rec * sum(self.capacities(cfg, r)))
+
+    def step_flops(self, cfg: Any, r: float | None = None) -> float:
+        """The router's score per token and recursion, 2 d (w_i . h)."""
+        return len(self.capacities(cfg, r)) * 2.0 * cfg.d_model
+
+    def executed_step_flops(self, cfg: Any, r: float | None = None) -> float:
+        """None a matmul counter sees: the score is an elementwise product and a sum."""
+        return 0.0
+
+    def sequence_flops(self, cfg: Any, seq_len: int, r: float | None = None) -> float:
+        """Recursion i attends over its c_i S kept tokens, not S: 4 S d c_i (1 - c_i) per token
+        less than block_executions' full-context attention (negative)."""
+        return -cfg.n_rec * sum(4.0 * seq_len * cfg.d_model * c * (1 - c) for c in self.capacities(cfg, r))
+
+    def recompute_flops(self, cfg: Any, seq_len: int, r: float | None, mode: str) -> float:
+        """`recurrence`: every recursion at its capacity; `blocks`: also the prelude and coda."""
+        d = cfg.d_model
+        flops = cfg.n_rec * sum(c * (24.0 * d * d + 4.0 * c * seq_len * d) for c in self.capacities(cfg, r))
+        return flops + ((cfg.n_pre + cfg.n_coda) * (24.0 * d * d + 4.0 * seq_len * d) if mode == "blocks" else 0.0)
+
+
+SPEC = MoRSpec()
+__all__ = ["SPEC", "MoRConfig"]

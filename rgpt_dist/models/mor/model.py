@@ -1,0 +1,169 @@
+"""Mixture-of-Recursions (Bae et al. 2025; SPEC section 4), expert-choice routing, on the prelude /
+shared core / coda skeleton (rgpt_dist.models.looped). Plain PyTorch.
+
+    h^(0) = prelude(embed(idx));  A^(-1) = every token                  (B, T, d); (B, T) bool
+    recursion i = 0..min(r, N)-1 (N = n_loops, capacity c_i = (N - i) / N; steps beyond N run nothing):
+      z_i        = w_i . h^(i)                                         router logit (B, T), fp32
+      S_i        = training: the k_i = ceil(c_i T) tokens of A^(i-1) with the largest z_i, per sequence
+                   inference (threshold): {t in A^(i-1) : z_i,t > 0}, every candidate where c_i = 1
+      x          = h^(i)[S_i], in position order                       (B, k_i, d)
+      o          = core(x)                                             causal attention among S_i only
+      h^(i+1)[S_i] = x + alpha sigmoid(z_i[S_i]) (o - x);  other tokens unchanged;  A^(i) = S_i
+    logits = head(coda(h^(r)))
+    aux_loss = coef * sum_i mean_{t in A^(i-1)} BCE(sigmoid(z_i,t), [t in S_i])
+
+The update scales the core's residual-free change (o - x), as Mixture-of-Depths does. Training
+gathers the selected tokens (B, k_i, d), so every rank runs the same shapes and a recursion costs
+c_i of a full one; the router learns its own gradient through g (top-k itself has none).
+Top-k looks at every token's score, future ones included, so inference routes causally by default:
+a candidate stays where its own score says so (what the BCE loss trains), computed on every token
+with the unselected ones masked out as keys (`inference_routing=top_k` evaluates the training
+routing instead). r < N exits early; r > N runs nothing more (capacity 0).
+
+KV cache (recursion-wise caching, `full`): per recursion, one K/V store per core block and one more
+whose keys are the tokens' routes (B, 1, T, 1; values empty), so a later token attends at recursion
+i only to the earlier tokens that recursion selected. Being ordinary stores, they follow the static
+buffers, the fixed-shape decode and the Hugging Face cache's crop and beam reordering.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from rgpt_dist.models.kv_cache import KVCache
+from rgpt_dist.models.layers import Block, LayerFactory
+from rgpt_dist.models.looped import LoopedLM
+from rgpt_dist.models.mor.config import MoRConfig
+from rgpt_dist.noise import NoiseKey
+
+
+def capacity(n_loops: int, i: int) -> float:
+    """c_i = (N - i) / N: the fraction of tokens recursion i (0-based) may keep (0 beyond N)."""
+    return max(n_loops - i, 0) / n_loops
+
+
+def top_k_positions(z: torch.Tensor, candidates: torch.Tensor, k: int) -> torch.Tensor:
+    """The k candidates (B, T) bool with the largest z (B, T) in each row, in position order: (B, k).
+    k never exceeds a row's candidate count (capacities shrink), so no non-candidate is picked."""
+    return z.masked_fill(~candidates, float("-inf")).topk(k, dim=1).indices.sort(dim=1).values
+
+
+class Router(nn.Module):
+    """One linear scorer w_i (d,) per recursion, no bias; scores in >= fp32 (top-k on bf16 scores ties).
+    A module called at every step, so ZeRO-3 gathers its weight like any other (replicated under tp)."""
+
+    def __init__(self, cfg: MoRConfig):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(cfg.n_loops, cfg.d_model) * cfg.init_std)  # (N, d)
+
+    def forward(self, h: torch.Tensor, i: int) -> torch.Tensor:
+        """h (B, T, d) -> z_i (B, T) in fp32 (fp64 for fp64 h)."""
+        dtype = torch.promote_types(h.dtype, torch.float32)
+        return (h.to(dtype) * self.weight[i].to(dtype)).sum(-1)
+
+
+class Recursion(nn.Module):
+    """One recursion (the unit activation checkpointing wraps): route, run the shared core on the
+    selected tokens, update them. State s = (h (B, T, d), candidates (B, T) bool)."""
+
+    def __init__(self, cfg: MoRConfig, factory: LayerFactory, out_std: float):
+        super().__init__()
+        self.n_loops, self.alpha, self.routing = cfg.n_loops, cfg.router_alpha, cfg.inference_routing
+        self.blocks = nn.ModuleList(Block(cfg, factory, out_std) for _ in range(cfg.n_rec))
+        self.router = Router(cfg)
+
+    def forward(self, s: tuple[torch.Tensor, torch.Tensor], anchor: None, i: int, key: NoiseKey | None,
+                caches: list | None = None, mask: torch.Tensor | None = None):
+        """s: (h, candidates); caches: this step's core block stores + the route store, or None;
+        mask: (B, 1, T, K) for padded batches or fixed-shape decoding. Returns ((h', selected),
+        (z, candidates, selected)) for the auxiliary loss and statistics."""
+        if i >= self.n_loops:                                                  # capacity 0: nothing runs
+            return s, None
+        h, cand = s
+        z = self.router(h, i)                                                  # (B, T) fp32
+        if self.training or self.routing == "top_k":
+            if caches is not None or mask is not None:
+                raise ValueError("top-k routing looks at the whole sequence: it takes no cache or mask "
+                                 "(inference_routing=threshold routes causally)")
+            h_next, sel = self._gathered(h, z, cand, i)
+        else:
+            h_next, sel = self._masked(h, z, cand, i, caches, mask)
+        return (h_next, sel), (z, cand, sel)
+
+    def _update(self, x: torch.Tensor, o: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """x + alpha sigmoid(z) (o - x), in x's dtype (under autocast o arrives in bf16)."""
+        g = (self.alpha * torch.sigmoid(z)).to(x.dtype)[..., None]
+        return x + g * (o.to(x.dtype) - x)
+
+    def _gathered(self, h, z, cand, i):
+        """Top-k routing: gather the kept tokens (B, k, d), run the core on them, scatter back."""
+        B, T, d = h.shape
+        k = math.ceil(capacity(self.n_loops, i) * T)
+        pos = top_k_positions(z, cand, k)                                      # (B, k)
+        x = h.gather(1, pos[..., None].expand(B, k, d))                        # (B, k, d)
+        o = x
+        for block in self.blocks:
+            o = block(o)                                                       # causal among the kept
+        h_next = h.scatter(1, pos[..., None].expand(B, k, d), self._update(x, o, z.gather(1, pos)))
+        return h_next, torch.zeros_like(cand).scatter(1, pos, True)
+
+    def _masked(self, h, z, cand, i, caches, mask):
+        """Threshold routing on every token: unselected tokens are hidden as keys and not updated."""
+        B, T, _ = h.shape
+        sel = cand if capacity(self.n_loops, i) >= 1 else cand & (z > 0)
+        route = sel.to(h.dtype)[:, None, :, None]                              # (B, 1, T, 1)
+        keys = sel if caches is None else caches[-1].update(route, route[..., :0])[0][:, 0, :, 0] > 0.5  # (B, K)
+        K = keys.shape[1]
+        if mask is None:                                                       # causal, past = K - T
+            mask = (torch.arange(T, device=h.device)[:, None] + K - T >= torch.arange(K, device=h.device))[None, None]
+        # selected queries see selected keys only (themselves included); unselected ones keep their
+        # whole row so no row is empty (their output is discarded)
+        mask = mask & (keys[:, None, None, :] | ~sel[:, None, :, None])        # (B, 1, T, K)
+        o = h
+        for block, cache in zip(self.blocks, [None] * len(self.blocks) if caches is None else caches[:-1]):
+            o = block(o, cache, None, mask)
+        return torch.where(sel[..., None], self._update(h, o, z), h), sel
+
+
+class MixtureOfRecursionsGPT(LoopedLM):
+    """Expert-choice Mixture-of-Recursions on the shared prelude/core/coda skeleton."""
+
+    def __init__(self, cfg: MoRConfig, factory: LayerFactory | None = None):
+        super().__init__(cfg, factory, lambda factory, out_std: Recursion(cfg, factory, out_std))
+
+    def start(self, h_pre: torch.Tensor, r: int, noise_key: NoiseKey | None, past: int, positions=None):
+        """Every token is a candidate for the first recursion."""
+        return (h_pre, torch.ones(h_pre.shape[:2], dtype=torch.bool, device=h_pre.device)), None
+
+    def hidden(self, s: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return s[0]
+
+    def step_aux_loss(self, extra) -> torch.Tensor | None:
+        """coef x mean BCE of sigmoid(z) against the routes, over the step's candidates (none
+        beyond N, where no recursion runs)."""
+        if extra is None:
+            return None
+        z, cand, sel = extra
+        bce = F.binary_cross_entropy_with_logits(z, sel.to(z.dtype), reduction="none")
+        return self.cfg.router_aux_coef * (bce * cand).sum() / cand.sum().clamp(min=1)
+
+    def step_statistics(self, extra) -> dict[str, torch.Tensor]:
+        """Per recursion: the fraction of tokens it updated, the mean router probability over its
+        candidates, and how often threshold routing would agree with the routes taken (0 beyond N)."""
+        if extra is None:
+            return dict.fromkeys(("routed_frac", "router_prob", "router_agree"), torch.zeros(()))
+        z, cand, sel = (t.detach() for t in extra)
+        n = cand.sum().clamp(min=1)
+        return {"routed_frac": sel.float().mean(), "router_prob": (torch.sigmoid(z) * cand).sum() / n,
+                "router_agree": (((z > 0) == sel) & cand).sum() / n}
+
+    def make_cache(self, strategy: str = "full", r: int | None = None, max_len: int | None = None,
+                   fixed: bool = False, store=None) -> KVCache:
+        """Recursion-wise caching (`full` only: a compressed cache would mix routes): per step the
+        core blocks' stores and one route store (module docstring); otherwise as LoopedLM's."""
+        if strategy != "full":
+            raise ValueError(f"Mixture-of-Recursions caches recursion-wise (strategy 'full'), not {strategy!r}")
+        return self._cache(self.cfg.n_rec + 1, strategy, r, max_len, fixed, store)
