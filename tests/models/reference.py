@@ -265,9 +265,11 @@ def ouro_objective(sd, cfg, idx, targets, r):
 
 
 def mor_forward(sd, cfg, idx, r, routing):
-    """Mixture-of-Recursions, expert-choice (SPEC section 4), one sequence at a time with the routes
-    chosen by sorting Python lists. routing: 'top_k' (training: the ceil(c_i T) best-scored
-    candidates) or 'threshold' (inference: candidates with sigmoid(score) > 1/2; all where c_i = 1).
+    """Mixture-of-Recursions (SPEC section 4), one sequence at a time with the routes chosen by
+    sorting Python lists. routing: 'top_k' (expert choice in training: the ceil(c_i T) best-scored
+    candidates), 'threshold' (expert choice at inference: candidates with sigmoid(score) > 1/2; all
+    where c_i = 1) or 'token' (token choice: each token's depth and scale from softmax(W h^(0)),
+    the balancing loss).
     Returns (logits (B, T, V_padded), auxiliary loss, routes: [recursion][row] -> sorted positions)."""
     eps, N = cfg.ln_eps, cfg.n_loops
     B, T = idx.shape
@@ -276,6 +278,11 @@ def mor_forward(sd, cfg, idx, r, routing):
         h = block(h, sd, f"prelude.{i}.", cfg.n_head, eps)
     rows, candidates = [h[b] for b in range(B)], [list(range(T)) for _ in range(B)]
     aux, routes = 0.0, []
+    if routing == "token":  # depths chosen once from h^(0): argmax of softmax(W h) over N, + 1
+        probs = torch.softmax(h @ sd["recurrence.router.weight"].T, dim=-1)   # (B, T, N)
+        depth, g_tok = probs.argmax(-1) + 1, cfg.router_alpha * probs.max(-1).values
+        share = torch.stack([(depth == j + 1).to(probs.dtype).mean() for j in range(N)])
+        aux = cfg.router_aux_coef * N * (share * probs.mean((0, 1))).sum() if r > 0 else 0.0
     for i in range(r):
         c = (N - i) / N if i < N else 0.0
         w = sd["recurrence.router.weight"][i] if i < N else None
@@ -283,11 +290,13 @@ def mor_forward(sd, cfg, idx, r, routing):
         for b in range(B):
             x_b, cand = rows[b], candidates[b]
             z = x_b @ w if w is not None else torch.zeros(T, dtype=x_b.dtype)
-            if routing == "top_k":
+            if routing == "token":
+                chosen = [t for t in cand if int(depth[b, t]) > i]
+            elif routing == "top_k":
                 chosen = sorted(sorted(cand, key=lambda t: -float(z[t].detach()))[:math.ceil(c * T)])
             else:
                 chosen = list(cand) if c >= 1 else [t for t in cand if float(z[t].detach()) > 0] if c > 0 else []
-            for t in cand:  # binary cross-entropy of sigmoid(z) against the route, over the candidates
+            for t in cand if routing != "token" else []:  # BCE of sigmoid(z) vs the route, over the candidates
                 p = torch.sigmoid(z[t])
                 bce_sum = bce_sum - (torch.log(p) if t in chosen else torch.log(1 - p))
             count += len(cand)
@@ -296,12 +305,13 @@ def mor_forward(sd, cfg, idx, r, routing):
                 o = x
                 for j in range(cfg.n_rec):
                     o = block(o, sd, f"recurrence.blocks.{j}.", cfg.n_head, eps)
-                upd = x[0] + cfg.router_alpha * torch.sigmoid(z[chosen])[:, None] * (o[0] - x[0])
+                g = g_tok[b, chosen] if routing == "token" else cfg.router_alpha * torch.sigmoid(z[chosen])
+                upd = x[0] + g[:, None] * (o[0] - x[0])
                 rows[b] = torch.stack([upd[chosen.index(t)] if t in chosen else x_b[t] for t in range(T)])
             chosen_rows.append(chosen)
             candidates[b] = chosen
         routes.append(chosen_rows)
-        if i < N:
+        if i < N and routing != "token":
             aux = aux + cfg.router_aux_coef * bce_sum / max(count, 1)
     h = torch.stack(rows)
     for i in range(cfg.n_coda):

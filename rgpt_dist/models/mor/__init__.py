@@ -18,7 +18,7 @@ class MoRSpec(LoopedSpec):
     config = MoRConfig
     model = "rgpt_dist.models.mor.model:MixtureOfRecursionsGPT"
     hf_writer = "rgpt_dist.export.hf_looped_writer:write_hf_looped"
-    kv_strategies = ("full",)
+    kv_strategies = ("full", "first")  # recursion-wise caching, recursive KV sharing
     flavours = {**{f"mor-{cell}": looped("mor", cell) for cell in CELLS},
                 "mor-debug": {"family": "mor", **DEBUG_WIDTH, "n_pre": 1, "n_rec": 1, "n_loops": 3, "n_coda": 1}}
     dense_reference = {**{f"mor-{cell}": dense for cell, (_, dense) in CELLS.items()}, "mor-debug": "gpt2-debug"}
@@ -48,24 +48,38 @@ class MoRSpec(LoopedSpec):
 
     def block_executions(self, cfg: Any, r: float | None = None) -> float:
         """Per token: the prelude, the coda, and n_rec blocks for the fraction c_i of tokens each
-        recursion keeps (Eq. 1 generalised to the routed token counts)."""
+        recursion keeps (Eq. 1 generalised to the routed token counts). Token choice runs every
+        recursion on every token (masked), up to N."""
+        if cfg.routing == "token":
+            return float(cfg.n_pre + cfg.n_coda + cfg.n_rec * len(self.capacities(cfg, r)))
         return float(cfg.n_pre + cfg.n_coda + cfg.n_rec * sum(self.capacities(cfg, r)))
 
     def step_flops(self, cfg: Any, r: float | None = None) -> float:
-        """The router's score per token and recursion, 2 d (w_i . h)."""
-        return len(self.capacities(cfg, r)) * 2.0 * cfg.d_model
+        """Expert choice: the router's score per token and recursion, 2 d (w_i . h); token choice:
+        its N depth logits once, 2 d N."""
+        steps = len(self.capacities(cfg, r))
+        if cfg.routing == "token":
+            return 2.0 * cfg.d_model * cfg.n_loops if steps else 0.0
+        return steps * 2.0 * cfg.d_model
 
     def executed_step_flops(self, cfg: Any, r: float | None = None) -> float:
-        """None a matmul counter sees: the score is an elementwise product and a sum."""
-        return 0.0
+        """What a matmul counter sees: nothing of expert choice's scores (an elementwise product
+        and a sum), token choice's depth logits (a linear layer)."""
+        return self.step_flops(cfg, r) if cfg.routing == "token" else 0.0
 
     def sequence_flops(self, cfg: Any, seq_len: int, r: float | None = None) -> float:
-        """Recursion i attends over its c_i S kept tokens, not S: 4 S d c_i (1 - c_i) per token
-        less than block_executions' full-context attention (negative)."""
+        """Expert choice: recursion i attends over its c_i S kept tokens, not S: 4 S d c_i (1 - c_i)
+        per token less than block_executions' full-context attention (negative). Token choice: 0."""
+        if cfg.routing == "token":
+            return 0.0
         return -cfg.n_rec * sum(4.0 * seq_len * cfg.d_model * c * (1 - c) for c in self.capacities(cfg, r))
 
     def recompute_flops(self, cfg: Any, seq_len: int, r: float | None, mode: str) -> float:
-        """`recurrence`: every recursion at its capacity; `blocks`: also the prelude and coda."""
+        """`recurrence`: every recursion at its capacity (token choice: in full); `blocks`: also the
+        prelude and coda."""
+        if cfg.routing == "token":
+            r = cfg.n_loops if r is None else min(r, cfg.n_loops)
+            return super().recompute_flops(cfg, seq_len, r, mode)
         d = cfg.d_model
         flops = cfg.n_rec * sum(c * (24.0 * d * d + 4.0 * c * seq_len * d) for c in self.capacities(cfg, r))
         return flops + ((cfg.n_pre + cfg.n_coda) * (24.0 * d * d + 4.0 * seq_len * d) if mode == "blocks" else 0.0)

@@ -6,6 +6,7 @@ import dataclasses
 from rgpt_dist.config.base import out_of_bounds
 from rgpt_dist.config.model import LoopedConfig
 
+ROUTING = ("expert", "token")
 INFERENCE_ROUTING = ("threshold", "top_k")
 
 
@@ -21,13 +22,19 @@ class MoRConfig(LoopedConfig):
 
     family: str = "mor"
     """Model family (fixed for this class)."""
+    routing: str = "expert"
+    """`expert`: expert choice, each recursion keeps its capacity's best-scored tokens (MoR's
+    default; the class docstring). `token`: token choice, a router over the N depths assigns each
+    token its number of recursions once (top-1), with a balancing loss; causal in training too,
+    computed on every token with the unselected masked (no FLOPs saved)."""
     router_alpha: float = 0.1
     """alpha: the selected tokens' update is scaled by alpha * sigmoid(w_i . h) (MoR's expert-choice
     default 0.1); 0 < router_alpha <= 10."""
     router_aux_coef: float = 0.001
-    """Weight of the auxiliary loss: the sum over recursions of the mean binary cross-entropy
-    between sigmoid(w_i . h) and whether top-k kept the token, over the tokens it chose from (MoR's
-    0.001); 0 <= router_aux_coef <= 10."""
+    """Weight of the auxiliary loss. Expert choice: the sum over recursions of the mean binary
+    cross-entropy between sigmoid(w_i . h) and whether top-k kept the token, over the tokens it
+    chose from (MoR's 0.001). Token choice: the balancing loss N sum_j f_j P_j over the depths.
+    0 <= router_aux_coef <= 10."""
     inference_routing: str = "threshold"
     """How evaluation and decoding route: `threshold` keeps a candidate token where
     sigmoid(w_i . h) > 1/2 (causal: a token's route depends on its own state only; KV caches work),
@@ -40,6 +47,8 @@ class MoRConfig(LoopedConfig):
         out += out_of_bounds(path, "<=", 10, router_alpha=self.router_alpha)
         out += out_of_bounds(path, ">=", 0, router_aux_coef=self.router_aux_coef)
         out += out_of_bounds(path, "<=", 10, router_aux_coef=self.router_aux_coef)
+        if self.routing not in ROUTING:
+            out.append(f"{path}.routing={self.routing!r} must be one of {ROUTING}")
         if self.inference_routing not in INFERENCE_ROUTING:
             out.append(f"{path}.inference_routing={self.inference_routing!r} must be one of {INFERENCE_ROUTING}")
         return out

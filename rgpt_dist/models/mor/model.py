@@ -1,5 +1,5 @@
-"""Mixture-of-Recursions (Bae et al. 2025; SPEC section 4), expert-choice routing, on the prelude /
-shared core / coda skeleton (rgpt_dist.models.looped). Plain PyTorch.
+"""Mixture-of-Recursions (Bae et al. 2025; SPEC section 4), expert-choice routing (token choice as
+an option), on the prelude / shared core / coda skeleton (rgpt_dist.models.looped). Plain PyTorch.
 
     h^(0) = prelude(embed(idx));  A^(-1) = every token                  (B, T, d); (B, T) bool
     recursion i = 0..min(r, N)-1 (N = n_loops, capacity c_i = (N - i) / N; steps beyond N run nothing):
@@ -20,10 +20,19 @@ a candidate stays where its own score says so (what the BCE loss trains), comput
 with the unselected ones masked out as keys (`inference_routing=top_k` evaluates the training
 routing instead). r < N exits early; r > N runs nothing more (capacity 0).
 
-KV cache (recursion-wise caching, `full`): per recursion, one K/V store per core block and one more
-whose keys are the tokens' routes (B, 1, T, 1; values empty), so a later token attends at recursion
-i only to the earlier tokens that recursion selected. Being ordinary stores, they follow the static
-buffers, the fixed-shape decode and the Hugging Face cache's crop and beam reordering.
+Token choice (`routing=token`): p = softmax(W h^(0)) over the N depths picks each token's depth
+(argmax + 1) once, before the first recursion; the token is updated by recursions 0..depth-1 with
+g = alpha p(depth), and the auxiliary loss is Switch Transformer's balancing loss over the depths.
+It is causal by construction, so training and inference route alike; the counts differ between
+sequences, so it runs on every token with the unselected masked (no FLOPs saved, see the spec).
+
+KV cache, MoR's two options: recursion-wise caching (`full`): per recursion, one K/V store per core
+block and one more whose keys are the tokens' routes (B, 1, T, 1; values empty), so a later token
+attends at recursion i only to the earlier tokens that recursion selected; recursive KV sharing
+(`first`): the cache keeps each token's first-recursion K/V (every token runs it) and every
+recursion of a later token attends to those (the compressed `first` cache: its route store keeps
+the first recursion's routes, all ones). Being ordinary stores, they follow the static buffers, the
+fixed-shape decode and the Hugging Face cache's crop and beam reordering.
 """
 from __future__ import annotations
 
@@ -59,8 +68,15 @@ class Router(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.randn(cfg.n_loops, cfg.d_model) * cfg.init_std)  # (N, d)
 
-    def forward(self, h: torch.Tensor, i: int) -> torch.Tensor:
-        """h (B, T, d) -> z_i (B, T) in fp32 (fp64 for fp64 h)."""
+    def depth_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """Token choice's logits over the N depths, (B, T, d) -> (B, T, N): the module's forward
+        (what ZeRO-3's hooks gather the weight for) with i None."""
+        return self(h, None)
+
+    def forward(self, h: torch.Tensor, i: int | None) -> torch.Tensor:
+        """h (B, T, d) -> z_i (B, T) in fp32 (fp64 for fp64 h); i None: every w_i, F.linear."""
+        if i is None:
+            return F.linear(h, self.weight.to(h.dtype))
         dtype = torch.promote_types(h.dtype, torch.float32)
         return (h.to(dtype) * self.weight[i].to(dtype)).sum(-1)
 
@@ -75,30 +91,46 @@ class Recursion(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg, factory, out_std) for _ in range(cfg.n_rec))
         self.router = Router(cfg)
 
-    def forward(self, s: tuple[torch.Tensor, torch.Tensor], anchor: None, i: int, key: NoiseKey | None,
+    def forward(self, s: tuple[torch.Tensor, torch.Tensor], anchor, i: int, key: NoiseKey | None,
                 caches: list | None = None, mask: torch.Tensor | None = None):
-        """s: (h, candidates); caches: this step's core block stores + the route store, or None;
-        mask: (B, 1, T, K) for padded batches or fixed-shape decoding. Returns ((h', selected),
-        (z, candidates, selected)) for the auxiliary loss and statistics."""
+        """s: (h, candidates); anchor: token-choice's (depth (B, T), g (B, T), probs (B, T, N)) from
+        `choose_depths`, None for expert choice; caches: this step's core block stores + the route
+        store, or None; mask: (B, 1, T, K) for padded batches or fixed-shape decoding.
+        Returns ((h', selected), extra) for the auxiliary loss and statistics (None beyond N)."""
         if i >= self.n_loops:                                                  # capacity 0: nothing runs
             return s, None
         h, cand = s
+        if anchor is not None:                                                 # token choice: causal
+            depth, g, probs = anchor
+            sel = cand & (depth > i)
+            return (self._masked(h, sel, g, caches, mask), sel), \
+                {"sel": sel, "g": g, "probs": probs if i == 0 else None, "depth": depth}
         z = self.router(h, i)                                                  # (B, T) fp32
+        g = self.alpha * torch.sigmoid(z)
         if self.training or self.routing == "top_k":
             if caches is not None or mask is not None:
                 raise ValueError("top-k routing looks at the whole sequence: it takes no cache or mask "
                                  "(inference_routing=threshold routes causally)")
-            h_next, sel = self._gathered(h, z, cand, i)
+            h_next, sel = self._gathered(h, z, g, cand, i)
         else:
-            h_next, sel = self._masked(h, z, cand, i, caches, mask)
-        return (h_next, sel), (z, cand, sel)
+            sel = cand if capacity(self.n_loops, i) >= 1 else cand & (z > 0)
+            h_next = self._masked(h, sel, g, caches, mask)
+        return (h_next, sel), {"z": z, "cand": cand, "sel": sel}
 
-    def _update(self, x: torch.Tensor, o: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """x + alpha sigmoid(z) (o - x), in x's dtype (under autocast o arrives in bf16)."""
-        g = (self.alpha * torch.sigmoid(z)).to(x.dtype)[..., None]
-        return x + g * (o.to(x.dtype) - x)
+    def choose_depths(self, h0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Token choice: p = softmax(W h^(0)) over the N depths (B, T, N); each token runs the
+        argmax + 1 recursions, its updates scaled by alpha p(chosen). (depth, g, p)."""
+        logits = self.router.depth_logits(h0)                                  # (B, T, N)
+        probs = torch.softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+        chosen = probs.max(dim=-1)
+        return chosen.indices + 1, self.alpha * chosen.values, probs
 
-    def _gathered(self, h, z, cand, i):
+    @staticmethod
+    def _update(x: torch.Tensor, o: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """x + g (o - x), in x's dtype (under autocast o arrives in bf16); g (..., T)."""
+        return x + g.to(x.dtype)[..., None] * (o.to(x.dtype) - x)
+
+    def _gathered(self, h, z, g, cand, i):
         """Top-k routing: gather the kept tokens (B, k, d), run the core on them, scatter back."""
         B, T, d = h.shape
         k = math.ceil(capacity(self.n_loops, i) * T)
@@ -107,13 +139,12 @@ class Recursion(nn.Module):
         o = x
         for block in self.blocks:
             o = block(o)                                                       # causal among the kept
-        h_next = h.scatter(1, pos[..., None].expand(B, k, d), self._update(x, o, z.gather(1, pos)))
+        h_next = h.scatter(1, pos[..., None].expand(B, k, d), self._update(x, o, g.gather(1, pos)))
         return h_next, torch.zeros_like(cand).scatter(1, pos, True)
 
-    def _masked(self, h, z, cand, i, caches, mask):
-        """Threshold routing on every token: unselected tokens are hidden as keys and not updated."""
+    def _masked(self, h, sel, g, caches, mask):
+        """The core on every token; unselected tokens (sel False) are hidden as keys, not updated."""
         B, T, _ = h.shape
-        sel = cand if capacity(self.n_loops, i) >= 1 else cand & (z > 0)
         route = sel.to(h.dtype)[:, None, :, None]                              # (B, 1, T, 1)
         keys = sel if caches is None else caches[-1].update(route, route[..., :0])[0][:, 0, :, 0] > 0.5  # (B, K)
         K = keys.shape[1]
@@ -125,45 +156,63 @@ class Recursion(nn.Module):
         o = h
         for block, cache in zip(self.blocks, [None] * len(self.blocks) if caches is None else caches[:-1]):
             o = block(o, cache, None, mask)
-        return torch.where(sel[..., None], self._update(h, o, z), h), sel
+        return torch.where(sel[..., None], self._update(h, o, g), h)
 
 
 class MixtureOfRecursionsGPT(LoopedLM):
-    """Expert-choice Mixture-of-Recursions on the shared prelude/core/coda skeleton."""
+    """Mixture-of-Recursions (expert or token choice) on the shared prelude/core/coda skeleton."""
 
     def __init__(self, cfg: MoRConfig, factory: LayerFactory | None = None):
         super().__init__(cfg, factory, lambda factory, out_std: Recursion(cfg, factory, out_std))
 
     def start(self, h_pre: torch.Tensor, r: int, noise_key: NoiseKey | None, past: int, positions=None):
-        """Every token is a candidate for the first recursion."""
-        return (h_pre, torch.ones(h_pre.shape[:2], dtype=torch.bool, device=h_pre.device)), None
+        """Every token is a candidate for the first recursion; token choice picks the depths here."""
+        cand = torch.ones(h_pre.shape[:2], dtype=torch.bool, device=h_pre.device)
+        token_choice = self.cfg.routing == "token" and r > 0
+        return (h_pre, cand), self.recurrence.choose_depths(h_pre) if token_choice else None
 
     def hidden(self, s: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         return s[0]
 
     def step_aux_loss(self, extra) -> torch.Tensor | None:
-        """coef x mean BCE of sigmoid(z) against the routes, over the step's candidates (none
-        beyond N, where no recursion runs)."""
+        """Expert choice: coef x mean BCE of sigmoid(z) against the routes, over the step's
+        candidates. Token choice, once: coef x the balancing loss N sum_j f_j P_j (f_j: the
+        fraction of tokens choosing depth j, P_j: their mean probability of it; Switch
+        Transformer's). None beyond N, where no recursion runs."""
         if extra is None:
             return None
-        z, cand, sel = extra
-        bce = F.binary_cross_entropy_with_logits(z, sel.to(z.dtype), reduction="none")
-        return self.cfg.router_aux_coef * (bce * cand).sum() / cand.sum().clamp(min=1)
+        if "z" in extra:
+            z, cand, sel = extra["z"], extra["cand"], extra["sel"]
+            bce = F.binary_cross_entropy_with_logits(z, sel.to(z.dtype), reduction="none")
+            return self.cfg.router_aux_coef * (bce * cand).sum() / cand.sum().clamp(min=1)
+        if extra["probs"] is None:                                             # token choice after step 0
+            return None
+        probs, depth = extra["probs"], extra["depth"]
+        N = probs.shape[-1]
+        f = F.one_hot(depth - 1, N).to(probs.dtype).mean((0, 1))              # (N,)
+        return self.cfg.router_aux_coef * N * (f * probs.mean((0, 1))).sum()
 
     def step_statistics(self, extra) -> dict[str, torch.Tensor]:
-        """Per recursion: the fraction of tokens it updated, the mean router probability over its
-        candidates, and how often threshold routing would agree with the routes taken (0 beyond N)."""
+        """Per recursion: the fraction of tokens it updated, the mean update scale g over them, and
+        (expert choice) how often threshold routing agrees with the routes taken (0 beyond N)."""
+        keys = ("routed_frac", "router_g") + (("router_agree",) if self.cfg.routing == "expert" else ())
         if extra is None:
-            return dict.fromkeys(("routed_frac", "router_prob", "router_agree"), torch.zeros(()))
-        z, cand, sel = (t.detach() for t in extra)
-        n = cand.sum().clamp(min=1)
-        return {"routed_frac": sel.float().mean(), "router_prob": (torch.sigmoid(z) * cand).sum() / n,
-                "router_agree": (((z > 0) == sel) & cand).sum() / n}
+            return dict.fromkeys(keys, torch.zeros(()))
+        sel = extra["sel"].detach()
+        n = sel.sum().clamp(min=1)
+        g = self.cfg.router_alpha * torch.sigmoid(extra["z"].detach()) if "z" in extra else extra["g"].detach()
+        out = {"routed_frac": sel.float().mean(), "router_g": (g * sel).sum() / n}
+        if "z" in extra:
+            cand = extra["cand"]
+            out["router_agree"] = (((extra["z"].detach() > 0) == sel) & cand).sum() / cand.sum().clamp(min=1)
+        return out
 
     def make_cache(self, strategy: str = "full", r: int | None = None, max_len: int | None = None,
                    fixed: bool = False, store=None) -> KVCache:
-        """Recursion-wise caching (`full` only: a compressed cache would mix routes): per step the
-        core blocks' stores and one route store (module docstring); otherwise as LoopedLM's."""
-        if strategy != "full":
-            raise ValueError(f"Mixture-of-Recursions caches recursion-wise (strategy 'full'), not {strategy!r}")
+        """Recursion-wise caching (`full`) or the first recursion's K/V shared by every recursion
+        (`first`); per step the core blocks' stores and one route store (module docstring);
+        otherwise as LoopedLM's. `last` and `average` would mix the routes of different steps."""
+        if strategy not in ("full", "first"):
+            raise ValueError(f"Mixture-of-Recursions caches recursion-wise ('full') or shares the first "
+                             f"recursion's K/V ('first'), not {strategy!r}")
         return self._cache(self.cfg.n_rec + 1, strategy, r, max_len, fixed, store)

@@ -89,6 +89,26 @@ def test_inference_routing_matches_reference(routing):
         assert 0 < len(routes[2][0]) < 24
 
 
+@pytest.mark.parametrize("train", [True, False])
+def test_token_choice_matches_reference(train):
+    """Token choice: each token's depth (argmax + 1 of softmax(W h^(0))) and update scale, the
+    balancing loss, the logits and (training) every gradient; the same routes in eval mode."""
+    model, cfg = make(routing="token")
+    idx, tgt = batch(cfg, T=24)
+    routes = routes_of(model)
+    out = model.train(train)(idx, tgt)
+    sd = {k: v.detach().clone().requires_grad_(True) for k, v in model.named_parameters()}
+    logits, aux, ref_routes = reference.mor_forward(sd, cfg, idx, 3, "token")
+    assert routes == ref_routes and len({len(r) for step in routes for r in step}) > 2  # depths vary
+    assert (out.logits - logits).abs().max() < 1e-10
+    assert abs(out.aux["aux_loss"].item() - aux.item()) < 1e-10
+    if train:
+        (out.loss + out.aux["aux_loss"]).backward()
+        (ce(logits, tgt, cfg) + aux).backward()
+        for name, p in model.named_parameters():
+            assert (p.grad - sd[name].grad).abs().max() < 1e-10, name
+
+
 def test_threshold_routing_is_causal():
     """A token's logits do not change when later tokens do (top-k's would)."""
     model, cfg = make()
@@ -100,14 +120,15 @@ def test_threshold_routing_is_causal():
     torch.testing.assert_close(a[:, :12], b[:, :12], atol=1e-12, rtol=0)
 
 
+@pytest.mark.parametrize("routing", ["expert", "token"])
 @torch.no_grad()
-def test_recursion_wise_cache_equals_the_uncached_forward():
+def test_recursion_wise_cache_equals_the_uncached_forward(routing):
     """Chunks of 6, 1, 3, 1, 1 tokens through the static cache and the dynamic one: the logits of
-    the whole-sequence threshold forward (a cached token sees exactly the keys each recursion
-    kept); other strategies are refused."""
+    the whole-sequence causal forward (a cached token sees exactly the keys each recursion kept);
+    `last` and `average` are refused."""
     from tests.models.test_kv_cache import CHUNKS, decode, split
 
-    model, cfg = make()
+    model, cfg = make(routing=routing)
     model.eval()
     idx, _ = batch(cfg, T=sum(CHUNKS))
     full = model(idx).logits
@@ -117,6 +138,24 @@ def test_recursion_wise_cache_equals_the_uncached_forward():
         assert (got - full).abs().max() < 1e-10
     with pytest.raises(ValueError, match="recursion-wise"):
         model.make_cache("average")
+
+
+@torch.no_grad()
+def test_shared_first_recursion_cache():
+    """Recursive KV sharing (`first`): the prompt is exact (it attends within itself); a later
+    token attends, at every recursion, to the earlier tokens' first-recursion K/V, which every
+    token has (their routes in the cache are all ones), so it differs from recursion-wise caching."""
+    model, cfg = make()
+    model.eval()
+    idx, _ = batch(cfg, T=12)
+    full, shared = model.make_cache("full"), model.make_cache("first")
+    a, b = model(idx[:, :8], cache=full).logits, model(idx[:, :8], cache=shared).logits
+    assert (a - b).abs().max() < 1e-10
+    route_store = shared.core[0][-1].store
+    assert bool((route_store.keys == 1).all()) and route_store.keys.shape == (2, 1, 8, 1)
+    later_full, later_shared = model(idx[:, 8:9], cache=full).logits, model(idx[:, 8:9], cache=shared).logits
+    assert (later_full - later_shared).abs().max() > 1e-6
+    assert shared.nbytes() < full.nbytes()
     with pytest.raises(ValueError, match="top-k routing"):
         make(inference_routing="top_k")[0].eval()(idx[:, :4], cache=model.make_cache())
 
@@ -150,8 +189,24 @@ def test_flops_count_the_routed_tokens():
     assert train_flops(cfg, S) == pytest.approx(3 * (forward_flops(cfg, S) + head_flops(cfg)))
 
 
+def test_token_choice_flops_are_every_recursion_on_every_token():
+    cfg = load_config("mor-debug", ["model.vocab_size=512", "model.block_size=64", "model.pad_vocab_multiple=64",
+                                    "train.seq_len=64", "model.routing=token"]).model
+    from rgpt_dist.registry import build_model
+
+    model = build_model(cfg, seed=0).train()
+    idx = torch.randint(0, cfg.vocab_size, (2, 64))
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(idx)
+    assert counter.get_total_flops() == pytest.approx(idx.numel() * (executed_forward_flops(cfg, 64) + head_flops(cfg)),
+                                                      rel=1e-9)
+    assert forward_flops(cfg, 64) == pytest.approx((2 + 3) * (24 * 64 ** 2 + 4 * 64 * 64) + 2 * 64 * 3)
+
+
 def test_config_is_validated():
     with pytest.raises(ConfigError, match="inference_routing='causal'"):
         load_config("mor-debug", ["model.inference_routing=causal"])
+    with pytest.raises(ConfigError, match="routing='both'"):
+        load_config("mor-debug", ["model.routing=both"])
     with pytest.raises(ConfigError, match="router_alpha=0.0 must be > 0"):
         load_config("mor-debug", ["model.router_alpha=0"])
