@@ -120,6 +120,9 @@ def diagnostics(args) -> Path:
     if not spec_for(model.cfg).diagnostics:
         raise ValueError(f"{args.source} is a {model.cfg.family} model: the diagnostics are RecurrentGPT's "
                          "per-step gate and state statistics")
+    if getattr(model.cfg, "gate", "learned") != "learned":
+        raise ValueError(f"{args.source} was trained without the gate (model.gate={model.cfg.gate}): the "
+                         "diagnostics read the gate's statistics")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = diagnose(model, batches, r=args.r)

@@ -24,7 +24,8 @@ SPREAD_FAMILY = "recurrent_gpt"
 """The model trained with a second seed: the run-to-run spread beside the differences."""
 SEEDS = (1337, 42)
 PRESETS: dict[str, dict[str, Any]] = {
-    # 11 min 24 s on 2 cores (2026-12-01), half of it Ouro's ten readouts through the 50,257-row head
+    # about 13 min on 2 cores (2026-12-01: 11 min 24 s for five models, MoR 86 s), half of it Ouro's ten
+    # readouts through the 50,257-row head
     "cpu": {"d_model": 64, "n_head": 4, "seq_len": 128, "micro_batch_size": 8, "global_batch_size": 16,
             "max_steps": 100, "warmup_steps": 10, "lr": 2e-3, "min_lr": 2e-4, "eval_batches": 4},
     # a smoke run of the whole flow (tests)

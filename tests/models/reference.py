@@ -71,6 +71,45 @@ def recurrent_gpt_logits(sd, cfg, idx, r, noise=None):
     return h @ sd["embed.wte.weight"].T
 
 
+def recurrent_ablation_logits(sd, cfg, idx, r, eps_x=None):
+    """The sequential ablation's recurrences (paper Fig. 5), written out per switch:
+    injection none: o = core(h + eps);  state: o = core(W_h (h + eps));  concat: core(W_proj [h + eps, h_pre]);
+    gate none: h <- o (else the full model's gated update, without gate noise here);
+    state_noise init: eps only at the first step. eps_x: per-step state noise (list of r tensors) or None."""
+    eps = cfg.ln_eps
+    T = idx.shape[1]
+    h = sd["embed.wte.weight"][idx] + sd["embed.wpe.weight"][:T]
+    for i in range(cfg.n_pre):
+        h = block(h, sd, f"prelude.{i}.", cfg.n_head, eps)
+    h_pre = h
+    for step in range(r):
+        noisy = eps_x is not None and (cfg.state_noise == "every_step" or step == 0)
+        x = h + eps_x[step] if noisy else h
+        if cfg.injection == "none":
+            o = x
+        elif cfg.injection == "state":
+            o = x @ sd["recurrence.proj_h.weight"].T
+        else:
+            o = torch.cat([x, h_pre], -1) @ torch.cat([sd["recurrence.proj_h.weight"],
+                                                       sd["recurrence.proj_pre.weight"]], 1).T
+        for i in range(cfg.n_rec):
+            o = block(o, sd, f"recurrence.blocks.{i}.", cfg.n_head, eps)
+        if cfg.gate == "none":
+            h = o
+            continue
+        z = torch.cat([layer_norm(h, sd["recurrence.ln_h.weight"], sd["recurrence.ln_h.bias"], eps),
+                       layer_norm(h_pre, sd["recurrence.ln_pre.weight"], sd["recurrence.ln_pre.bias"], eps)], -1)
+        a = z @ torch.cat([sd["recurrence.gate_h.weight"], sd["recurrence.gate_pre.weight"]], 1).T \
+            + sd["recurrence.gate_h.bias"]
+        g = torch.sigmoid((a * torch.sigmoid(a)) @ sd["recurrence.gate_out.weight"].T / cfg.tau
+                          + sd["recurrence.gate_out.bias"] / cfg.tau)
+        h = g * h + (1 - g) * o
+    for i in range(cfg.n_coda):
+        h = block(h, sd, f"coda.{i}.", cfg.n_head, eps)
+    h = layer_norm(h, sd["head.ln_f.weight"], sd["head.ln_f.bias"], eps)
+    return h @ sd["embed.wte.weight"].T
+
+
 # --- Incremental decoding with K/V caches (SPEC section 5), written out naively -----------------
 
 

@@ -40,19 +40,35 @@ class RecurrentGPTSpec(LoopedSpec):
         return make_sampler(cfg.depth_sampler, cfg.r_min, cfg.n_loops)
 
     def extra_params(self, cfg: Any) -> int:
-        """W_proj 2d^2 (no bias), gate MLP 2d^2 + d + d^2 + d, two gate LayerNorms."""
+        """W_proj 2d^2 (no bias; d^2 for injection=state, 0 for none), gate MLP 2d^2 + d + d^2 + d
+        and two gate LayerNorms (none for gate=none)."""
         d = cfg.d_model
-        return 2 * d * d + (3 * d * d + 2 * d) + (4 * d if cfg.bias else 2 * d)
+        proj = {"concat": 2, "state": 1, "none": 0}[cfg.injection] * d * d
+        gate = (3 * d * d + 2 * d) + (4 * d if cfg.bias else 2 * d) if cfg.gate == "learned" else 0
+        return proj + gate
+
+    @staticmethod
+    def _per_step_d2(cfg: Any) -> tuple[int, int, int]:
+        """(Eq. 1 FLOPs per step, executed per step, executed once per forward), in units of d^2:
+        W_proj 4 (2 executed per step, 2 once: the h_pre half), W_h alone 2, the gate 6 (4 per
+        step, 2 once: its LN(h_pre) half)."""
+        gated = cfg.gate == "learned"
+        eq1 = {"concat": 4, "state": 2, "none": 0}[cfg.injection] + (6 if gated else 0)
+        per_step = (2 if cfg.injection != "none" else 0) + (4 if gated else 0)
+        once = (2 if cfg.injection == "concat" else 0) + (2 if gated else 0)
+        return eq1, per_step, once
 
     def step_flops(self, cfg: Any, r: float | None = None) -> float:
-        """Eq. 1: W_proj (2d -> d) and the gate (2d -> d -> d) cost 10 d^2 per step."""
-        return (cfg.n_loops if r is None else r) * 10.0 * cfg.d_model ** 2
+        """Eq. 1: W_proj (2d -> d) and the gate (2d -> d -> d) cost 10 d^2 per step (less for the
+        ablations' switches)."""
+        return (cfg.n_loops if r is None else r) * self._per_step_d2(cfg)[0] * cfg.d_model ** 2
 
     def executed_step_flops(self, cfg: Any, r: float | None = None) -> float:
         """The h_pre halves of W_proj and of the gate's first layer run once per forward, not per
-        step: r * 6 d^2 + 4 d^2 (equal to Eq. 1 at r = 1)."""
+        step: r * 6 d^2 + 4 d^2 for the full model (equal to Eq. 1 at r = 1)."""
         r = cfg.n_loops if r is None else r
-        return (r * 6.0 + 4.0) * cfg.d_model ** 2 if r > 0 else 0.0
+        _, per_step, once = self._per_step_d2(cfg)
+        return (r * per_step + once) * cfg.d_model ** 2 if r > 0 else 0.0
 
 
 SPEC = RecurrentGPTSpec()

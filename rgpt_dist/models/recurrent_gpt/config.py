@@ -27,11 +27,26 @@ class RecurrentGPTConfig(LoopedConfig):
     """Gate temperature: g = sigmoid(f_g(...) / tau + eps_g)."""
     gate_bias_init: float = 4.0
     """Initial bias of the gate MLP's second layer (+4 gives g = sigmoid(4) = 0.982 at init)."""
+    # ---- component switches (the paper's sequential ablation, Fig. 5; defaults: the full model) ----
+    injection: Literal["concat", "state", "none"] = "concat"
+    """What feeds the core: `concat` W_proj [h + eps_x, h_pre] (prelude re-injection, the full
+    model), `state` W_h (h + eps_x) (a projection of the state alone, no anchor), `none` h + eps_x
+    itself (no projection)."""
+    gate: Literal["learned", "none"] = "learned"
+    """`learned`: h^(i) = g h^(i-1) + (1 - g) o with the elementwise gate (the full model); `none`:
+    h^(i) = o, the core's output replaces the state (no gate parameters, sigma_g unused)."""
+    state_noise: Literal["every_step", "init"] = "every_step"
+    """When eps_x is added in training: at every step (the full model) or only at the first, to
+    the prelude output (noise at initialisation only)."""
 
     def problems(self, path: str) -> list[str]:
         out = super().problems(path)
         out += out_of_bounds(path, ">", 0, tau=self.tau)
         out += out_of_bounds(path, ">=", 0, sigma_x=self.sigma_x, sigma_g=self.sigma_g)
+        for name, allowed in (("injection", ("concat", "state", "none")), ("gate", ("learned", "none")),
+                              ("state_noise", ("every_step", "init"))):
+            if getattr(self, name) not in allowed:
+                out.append(f"{path}.{name}={getattr(self, name)!r} must be one of {allowed}")
         if not 1 <= self.r_min <= max(self.n_loops, 1):
             out.append(f"{path}.r_min={self.r_min} must satisfy 1 <= r_min <= n_loops={self.n_loops}")
         return out

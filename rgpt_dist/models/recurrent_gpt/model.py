@@ -42,36 +42,50 @@ class GatedRecurrence(nn.Module):
         super().__init__()
         d, std = cfg.d_model, cfg.init_std
         self.sigma_x, self.sigma_g, self.tau = cfg.sigma_x, cfg.sigma_g, cfg.tau
+        self.injection, self.gated, self.noise_every_step = cfg.injection, cfg.gate == "learned", \
+            cfg.state_noise == "every_step"
         # W_proj [h, h_pre] as two d x d halves, row-parallel: each tp rank reads its slice of the
-        # replicated input and the partial products are summed across ranks
-        self.proj_h = factory.linear(d, d, bias=False, parallel="row", input_is_parallel=False, init_std=std)
-        self.proj_pre = factory.linear(d, d, bias=False, parallel="row", input_is_parallel=False, init_std=std)
+        # replicated input and the partial products are summed across ranks. The ablations' switches
+        # leave out modules (created in this order otherwise, so the full model's init is unchanged)
+        if cfg.injection != "none":
+            self.proj_h = factory.linear(d, d, bias=False, parallel="row", input_is_parallel=False, init_std=std)
+        if cfg.injection == "concat":
+            self.proj_pre = factory.linear(d, d, bias=False, parallel="row", input_is_parallel=False, init_std=std)
         self.blocks = nn.ModuleList(Block(cfg, factory, out_std) for _ in range(cfg.n_rec))
-        self.ln_h = layer_norm(cfg)
-        self.ln_pre = layer_norm(cfg)
-        # f_g: layer 1 (split in its LN(h) and LN(h_pre) halves) column-parallel, layer 2 row-parallel
-        self.gate_h = factory.linear(d, d, bias=True, parallel="column", init_std=std)
-        self.gate_pre = factory.linear(d, d, bias=False, parallel="column", init_std=std)
-        self.gate_out = factory.linear(d, d, bias=True, parallel="row", init_std=std)
-        with torch.no_grad():
-            self.gate_out.bias.fill_(cfg.gate_bias_init)
+        if self.gated:
+            self.ln_h = layer_norm(cfg)
+            self.ln_pre = layer_norm(cfg)
+            # f_g: layer 1 (split in its LN(h) and LN(h_pre) halves) column-parallel, layer 2 row-parallel
+            self.gate_h = factory.linear(d, d, bias=True, parallel="column", init_std=std)
+            self.gate_pre = factory.linear(d, d, bias=False, parallel="column", init_std=std)
+            self.gate_out = factory.linear(d, d, bias=True, parallel="row", init_std=std)
+            with torch.no_grad():
+                self.gate_out.bias.fill_(cfg.gate_bias_init)
 
-    def anchor(self, h_pre: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The step-invariant terms: (W_pre h_pre, gate layer 1 on LN(h_pre)), each (B, T, d)."""
-        return self.proj_pre(h_pre), self.gate_pre(self.ln_pre(h_pre))
+    def anchor(self, h_pre: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The step-invariant terms: (W_pre h_pre, gate layer 1 on LN(h_pre)), each (B, T, d), or
+        None where the configuration has no injection or no gate."""
+        return (self.proj_pre(h_pre) if self.injection == "concat" else None,
+                self.gate_pre(self.ln_pre(h_pre)) if self.gated else None)
 
     def forward(self, h: torch.Tensor, anchor: tuple[torch.Tensor, torch.Tensor], i: int, key: NoiseKey | None,
                 caches: list[LayerCache] | None = None, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """h: (B, T, d); anchor: from `anchor(h_pre)`; i: the step (the same weights at every step);
         key: this step's noise key, None for no noise; caches: this step's K/V cache of each core
-        block (KVCache.core_step), or None; mask: for padded batches. Returns (h_next, g)."""
+        block (KVCache.core_step), or None; mask: for padded batches. Returns (h_next, g); g is
+        None without a gate (model.gate=none: h_next = o)."""
         proj_pre, gate_pre = anchor
         x = h
-        if key is not None and self.sigma_x > 0:
+        if key is not None and self.sigma_x > 0 and (self.noise_every_step or i == 0):
             x = h + key.normal("x", h.shape, self.sigma_x, h.device, h.dtype)
-        o = self.proj_h(x) + proj_pre                                      # h~ = W_proj [h + eps_x, h_pre]
+        if self.injection == "concat":
+            o = self.proj_h(x) + proj_pre                                  # h~ = W_proj [h + eps_x, h_pre]
+        else:                                                              # the ablations: W_h x, or x
+            o = self.proj_h(x) if self.injection == "state" else x
         for block, cache in zip(self.blocks, caches or [None] * len(self.blocks)):
             o = block(o, cache, None, mask)                                # (B, T, d)
+        if not self.gated:
+            return o.to(h.dtype), None
         logit = self.gate_out(F.silu(self.gate_h(self.ln_h(h)) + gate_pre)) / self.tau
         if key is not None and self.sigma_g > 0:
             logit = logit + key.normal("g", logit.shape, self.sigma_g, h.device, logit.dtype)
@@ -90,8 +104,10 @@ class RecurrentGPT(LoopedLM):
         """h^(0) = h_pre; the anchor holds the h_pre terms of W_proj and the gate, computed once."""
         return h_pre, self.recurrence.anchor(h_pre) if r > 0 else None
 
-    def step_statistics(self, g: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Per step: gate mean, std, fraction > 0.95 (copy), fraction < 0.05 (write)."""
+    def step_statistics(self, g: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """Per step: gate mean, std, fraction > 0.95 (copy), fraction < 0.05 (write); none without a gate."""
+        if g is None:
+            return {}
         g = g.detach().float()
         return {"gate_mean": g.mean(), "gate_std": g.std(), "gate_hi": (g > 0.95).float().mean(),
                 "gate_lo": (g < 0.05).float().mean()}
