@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from rgpt_dist.config.experiment import Config
+from rgpt_dist.depth import step_depths
 from rgpt_dist.flops import recompute_flops, train_flops
 from rgpt_dist.models.spec import spec_for
 from rgpt_dist.noise import NoiseKey
@@ -110,11 +111,11 @@ class Trainer:
     # ---- one optimizer step -----------------------------------------------------------------
     def train_step(self) -> dict[str, Any]:
         cfg, step = self.cfg, self.step
-        r = self.sampler(cfg.train.seed, step) if self.sampler is not None else None
+        depths = step_depths(self.sampler, cfg.train.seed, step, self.accum)  # one r per micro-batch
         self.engine.train()
         skipped_before = self._skipped_total()
-        losses, aux_sum = [], {}
-        for micro in range(self.accum):
+        losses, stats = [], []
+        for micro, r in enumerate(depths):
             x, y = (t.to(self.engine.device, non_blocking=True) for t in next(self._data))
             out = self.engine(x, y, r=r, noise_key=NoiseKey(cfg.train.seed, step, micro, self.dims.dp_rank),
                               stats=True)
@@ -124,12 +125,13 @@ class Trainer:
             self.engine.backward(loss)
             self.engine.step()
             losses.append(out.loss.detach().float())
-            for k, v in out.aux.get("stats", {}).items():  # the family's per-step statistics, (r,) each
-                aux_sum[k] = aux_sum.get(k, 0) + v.float() / self.accum
+            stats.append(out.aux.get("stats", {}))  # the family's per-step statistics, (r,) each
+        # the depth (a list of one per micro-batch where they differ: depth_per=micro_batch)
+        r = depths[0] if len(set(depths)) == 1 else depths
         record = {"step": step, "r": r, "loss": torch.stack(losses).mean().item(),
                   "lr": self.engine.get_lr()[0], "grad_norm": float(self.engine.get_global_grad_norm() or 0.0),
                   "skipped": self._skipped_total() > skipped_before, "skipped_total": self._skipped_total()}
-        record.update({k: v.tolist() for k, v in aux_sum.items()})
+        record.update({k: v.tolist() for k, v in _mean_step_stats(stats).items()})
         if self.compiled:  # cumulative: constant from the first steps on when nothing recompiles
             record.update(compile_stats())
         return record
@@ -139,13 +141,15 @@ class Trainer:
         overflow themselves and count it in engine.skipped_steps) or by our optimizer (ZeRO-0)."""
         return int(getattr(self.engine, "skipped_steps", 0)) + self.optimizer.skipped_total
 
-    def _depth_agrees(self, r: int | None) -> None:
-        """Every rank must run the same depth (tensor-parallel and ZeRO-3 collectives inside the
-        forward would otherwise hang): checked with two tiny all-reduces at each log step."""
-        t = torch.tensor([-1 if r is None else r, -(-1 if r is None else r)], dtype=torch.int64, device=_comm_device())
+    def _depth_agrees(self, r: int | list[int] | None) -> None:
+        """Every rank must run the same depths (tensor-parallel and ZeRO-3 collectives inside the
+        forward would otherwise hang): checked with one tiny all-reduce (of d and -d) per log step."""
+        rs = [-1 if d is None else d for d in (r if isinstance(r, list) else [r])]
+        t = torch.tensor(rs + [-d for d in rs], dtype=torch.int64, device=_comm_device())
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        if t[0] != -t[1]:
-            raise RuntimeError(f"ranks disagree on the recurrence depth at step {self.step}: {t.tolist()}")
+        if not torch.equal(t[:len(rs)], -t[len(rs):]):
+            raise RuntimeError(f"ranks disagree on the recurrence depth at step {self.step}: "
+                               f"max {t[:len(rs)].tolist()}, min {(-t[len(rs):]).tolist()}")
 
     # ---- evaluation -------------------------------------------------------------------------
     @torch.no_grad()
@@ -222,13 +226,15 @@ class Trainer:
                                  f"(train.max_nonfinite_steps={self.cfg.train.max_nonfinite_steps}); saved "
                                  f"step {self.step} and stopped")
 
-    def _step_flops(self, r: int | None) -> tuple[float, float]:
-        """(model, hardware) FLOPs of one optimizer step at the depth it actually ran: Eq. 1 training
-        FLOPs, and those plus the forward recomputed by activation checkpointing."""
+    def _step_flops(self, r: int | list[int] | None) -> tuple[float, float]:
+        """(model, hardware) FLOPs of one optimizer step at the depths it actually ran (one, or one
+        per micro-batch): Eq. 1 training FLOPs, and those plus the forward recomputed by activation
+        checkpointing, averaged over the micro-batches."""
         cfg = self.cfg
-        S, tokens = cfg.train.seq_len, cfg.train.tokens_per_step()
-        model = train_flops(cfg.model, S, r) * tokens
-        return model, model + recompute_flops(cfg.model, S, r, cfg.parallel.activation_checkpointing) * tokens
+        S, tokens, rs = cfg.train.seq_len, cfg.train.tokens_per_step(), r if isinstance(r, list) else [r]
+        model = sum(train_flops(cfg.model, S, d) for d in rs) / len(rs) * tokens
+        recompute = sum(recompute_flops(cfg.model, S, d, cfg.parallel.activation_checkpointing) for d in rs) / len(rs)
+        return model, model + recompute * tokens
 
     def _log_train(self, record: dict[str, Any], window: list, elapsed: float) -> None:
         steps, model_flops, hw_flops = window
@@ -245,3 +251,18 @@ class Trainer:
         curve = record.get("early_exit")
         table = "" if not curve else "\n" + "\n".join(f"    exit r*={k:2d}: {v:.4f}" for k, v in enumerate(curve))
         self.sink.log(record, f"eval step {record['step']:6d} | val_loss {record['val_loss']:.4f}{table}")
+
+
+def _mean_step_stats(per_micro: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Per-step statistics (name -> (r,)) of each micro-batch -> their mean per step over the
+    micro-batches that ran it (with one depth for all: the plain mean, summed as sum(v / n))."""
+    out = {}
+    for k in dict.fromkeys(k for stats in per_micro for k in stats):
+        vs = [stats[k].float() for stats in per_micro if k in stats]
+        n = torch.tensor([sum(len(v) > i for v in vs) for i in range(max(len(v) for v in vs))],
+                         dtype=torch.float32, device=vs[0].device)              # micro-batches per step
+        total = torch.zeros_like(n)
+        for v in vs:
+            total[:len(v)] += v / n[:len(v)]
+        out[k] = total
+    return out

@@ -150,6 +150,24 @@ def test_sigkill_and_restart_reproduces_the_uninterrupted_run_bitwise(layout, da
     assert trajectory(records(run)) == trajectory(reference)  # bitwise: JSON floats round-trip exactly
 
 
+def test_per_micro_batch_depth_agrees_across_ranks_and_resumes_bitwise(dataset, tmp_path):
+    """model.depth_per=micro_batch: each of a step's two micro-batches per rank runs its own depth,
+    the same on both ranks (the trainer checks at every log step; ZeRO-3's gathers would hang
+    otherwise); the records carry the depths, and a SIGKILLed run resumes bitwise."""
+    args = ["model.depth_per=micro_batch", "parallel.zero_stage=3", "train.max_steps=8", "checkpoint.every_steps=3",
+            "eval.every_steps=8", "eval.batches=4"]
+    full_run = train(2, tmp_path / "full", dataset, *args)
+    depths = [r["r"] for r in full_run if "loss" in r]
+    assert len(depths) == 8 and all(isinstance(d, int) or len(d) == 2 for d in depths)  # 8 = 2 ranks x 2 x 2
+    assert sum(isinstance(d, list) for d in depths) >= 3, depths
+    run = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "launcher.train",
+           "configs/experiments/quickstart.yaml", *COMMON, f"data.paths=[{dataset}]", f"log.run_dir={run}", *args]
+    resume_at, logged = kill_and_restart(run, 5, cmd, lambda: launch(2, run, dataset, *args))
+    assert 5 <= logged < 8 and resume_at in (3, 6)
+    assert trajectory(records(run)) == trajectory(full_run)
+
+
 @pytest.mark.xfail(strict=True, reason=ZERO0_NO_GRAD_NORM)
 def test_zero0_logs_the_gradient_norm(full):
     """docs/training.md: every train record carries `grad_norm`; at ZeRO-0 it must be the real norm."""

@@ -36,8 +36,8 @@ class RecurrentGPTSpec(LoopedSpec):
                       "recurrentgpt-large-isoparams": 2.65}
 
     def depth_sampler(self, cfg: Any):
-        """Uniform{r_min..R} per optimizer step (paper section 3.4), or always R."""
-        return make_sampler(cfg.depth_sampler, cfg.r_min, cfg.n_loops)
+        """Uniform{r_min..R} per optimizer step (paper section 3.4) or per micro-batch, or always R."""
+        return make_sampler(cfg.depth_sampler, cfg.r_min, cfg.n_loops, cfg.depth_per == "micro_batch")
 
     def extra_params(self, cfg: Any) -> int:
         """W_proj 2d^2 (no bias; d^2 for injection=state, 0 for none), gate MLP 2d^2 + d + d^2 + d

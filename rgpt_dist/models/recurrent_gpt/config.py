@@ -19,6 +19,10 @@ class RecurrentGPTConfig(LoopedConfig):
     """Smallest depth the training sampler draws (Uniform{r_min..R})."""
     depth_sampler: Literal["uniform", "fixed"] = "uniform"
     """Training depth schedule: uniform = Uniform{r_min..R} per optimizer step; fixed = always R."""
+    depth_per: Literal["step", "micro_batch"] = "step"
+    """How often the uniform sampler draws r: once per optimizer step (the paper's text, section
+    3.4), or once per micro-batch (its Listing A samples inside forward); every rank draws the same
+    r for its k-th micro-batch."""
     sigma_x: float = 0.1
     """Std of the state noise eps_x added to h^(r-1) before W_proj (training only)."""
     sigma_g: float = 0.1
