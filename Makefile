@@ -63,6 +63,7 @@ bench: vocab
 configs: venv
 	$(PY) -c "from rgpt_dist.config.flavours import write_yaml; write_yaml('configs/models')"
 	$(PY) -c "from rgpt_dist.config.experiments import write_yaml; write_yaml('configs/experiments')"
+	$(PY) -c "from rgpt_dist.config.ablations import write_yaml; write_yaml('configs/experiments')"
 
 # Re-resolve every pin after changing pyproject.toml's dependencies (keeps torch at the CPU wheel).
 lock:

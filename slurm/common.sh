@@ -1,7 +1,8 @@
 # shellcheck shell=bash
-# Shared by the slurm/<scale>_<grid>.sh job arrays (sourced, not run). One array task trains one
-# model of its grid cell: MODELS[SLURM_ARRAY_TASK_ID] at budget $BUDGET, config
-# configs/experiments/<model>-<budget>.yaml, run directory $RGPT_RUNS/<model>-<budget>.
+# Shared by the slurm/<scale>_<grid>.sh job arrays and slurm/ablations.sh (sourced, not run). One
+# array task trains one model of its grid cell: MODELS[SLURM_ARRAY_TASK_ID] at budget $BUDGET, config
+# configs/experiments/<model>-<budget>.yaml, run directory $RGPT_RUNS/<model>-<budget>; a job script
+# that sets BUDGETED=0 lists whole experiment names instead (<name>.yaml, $RGPT_RUNS/<name>).
 #
 # srun starts one torchrun per node; torchrun rendezvouses from the SLURM allocation (c10d on the
 # first node) and starts NPROC_PER_NODE ranks of launcher/train.py. SLURM's warning signal
@@ -60,6 +61,7 @@ if (( TASK >= ${#MODELS[@]} )); then
 fi
 MODEL=${MODELS[$TASK]}
 BUDGET=${BUDGET:-20k}
+BUDGETED=${BUDGETED:-1}
 RGPT_ROOT=${RGPT_ROOT:-${SLURM_SUBMIT_DIR:-$PWD}}
 if [[ -z "${RGPT_PYTHON:-}" ]]; then
     RGPT_PYTHON=python
@@ -67,10 +69,17 @@ if [[ -z "${RGPT_PYTHON:-}" ]]; then
 fi
 RGPT_CONFIG_DIR=${RGPT_CONFIG_DIR:-$RGPT_ROOT/configs/experiments}
 RGPT_RUNS=${RGPT_RUNS:-$RGPT_ROOT/runs}
-CONFIG="$RGPT_CONFIG_DIR/$MODEL-$BUDGET.yaml"
-RUN_DIR="$RGPT_RUNS/$MODEL-$BUDGET"
+if [[ "$BUDGETED" == 1 ]]; then
+    NAME="$MODEL-$BUDGET"
+    WHY="for model $MODEL at budget $BUDGET (BUDGET must be 20k or 40k)"
+else
+    NAME=$MODEL BUDGET="(the config's)"
+    WHY="(run make configs)"
+fi
+CONFIG="$RGPT_CONFIG_DIR/$NAME.yaml"
+RUN_DIR="$RGPT_RUNS/$NAME"
 if [[ ! -f "$CONFIG" ]]; then
-    echo "no config $CONFIG for model $MODEL at budget $BUDGET (BUDGET must be 20k or 40k)" >&2
+    echo "no config $CONFIG $WHY" >&2
     exit 2
 fi
 

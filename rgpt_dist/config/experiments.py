@@ -23,24 +23,26 @@ def trained_flavours() -> list[str]:
     return [name for spec in families().values() for name in spec.paper_table1]
 
 
+def run_config(name: str, model: str | dict[str, Any], steps: int, **train: Any) -> dict[str, Any]:
+    """One run of the paper's recipe (TrainConfig's defaults) for `model` (a flavour, or a model
+    section naming its flavour) over `steps` optimizer steps; `train` adds train fields."""
+    every = min(1000, steps // 4)
+    return {
+        "model": model,
+        # micro-batch 6 divides the 480-sequence batch on 8 or 16 GPUs (accumulation 10 or 5)
+        "train": {"max_steps": steps, "micro_batch_size": MICRO_BATCH, **train},
+        "data": {"paths": ["data/pretrain"]},
+        "parallel": {"zero_stage": 2, "dtype": "bf16", "activation_checkpointing": "recurrence"},
+        "checkpoint": {"every_steps": every, "keep_last": 3},
+        "eval": {"every_steps": every, "batches": 20},
+        "log": {"run_dir": f"runs/{name}", "every_steps": 10},
+    }
+
+
 def grid() -> dict[str, dict[str, Any]]:
     """Experiment name -> config mapping (model flavour + the sections that differ from defaults)."""
-    out = {}
-    for cell in trained_flavours():
-        for budget, steps in BUDGETS.items():
-            name = f"{cell}-{budget}"
-            out[name] = {
-                "model": cell,
-                # the rest is the paper recipe (TrainConfig's defaults); micro-batch 6 divides the
-                # 480-sequence batch on 8 or 16 GPUs (accumulation 10 or 5)
-                "train": {"max_steps": steps, "micro_batch_size": MICRO_BATCH},
-                "data": {"paths": ["data/pretrain"]},
-                "parallel": {"zero_stage": 2, "dtype": "bf16", "activation_checkpointing": "recurrence"},
-                "checkpoint": {"every_steps": 1000, "keep_last": 3},
-                "eval": {"every_steps": 1000, "batches": 20},
-                "log": {"run_dir": f"runs/{name}", "every_steps": 10},
-            }
-    return out
+    return {f"{cell}-{budget}": run_config(f"{cell}-{budget}", cell, steps)
+            for cell in trained_flavours() for budget, steps in BUDGETS.items()}
 
 
 def write_yaml(directory: str | Path) -> list[Path]:

