@@ -222,11 +222,17 @@ def _order(row: dict[str, Any]) -> tuple:
 
 
 def write_table(rows: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:
-    """grid.md, grid.csv and grid.json in out_dir (created); returns their paths."""
+    """grid.md, grid.csv and grid.json in out_dir (created), and ablations.md where ablation runs are
+    among the rows (rgpt_dist.eval.ablation_table); returns their paths."""
+    from rgpt_dist.eval.ablation_table import markdown as ablation_markdown
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     md, csv_path, js = out_dir / "grid.md", out_dir / "grid.csv", out_dir / "grid.json"
     md.write_text(markdown(rows))
+    ablations = ablation_markdown(rows)
+    if ablations is not None:
+        (out_dir / "ablations.md").write_text(ablations)
     with open(csv_path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
@@ -234,7 +240,7 @@ def write_table(rows: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:
             flat = {**row, "early_exit": row.get("early_exit_str"), "flags": "; ".join(row.get("flags") or [])}
             writer.writerow({k: "" if v is None else v for k, v in flat.items()})
     js.write_text(json.dumps(rows, indent=2) + "\n")
-    return [md, csv_path, js]
+    return [md, csv_path, js] + ([out_dir / "ablations.md"] if ablations is not None else [])
 
 
 _HEADER = ["Model", "Config", "Layers", "Budget", "FLOPs/fwd", "Params (non-emb.)", "Train FLOPs", "Val loss",
@@ -252,7 +258,11 @@ def markdown(rows: list[dict[str, Any]]) -> str:
            "FLOPs/fwd: Eq. 1 forward per token at R, head excluded, S = the run's seq_len. Params: unique, tied "
            "embedding counted once. Train FLOPs: at E[r], head included, over the whole budget. Δ: val loss minus "
            "the dense run of the same scale and budget. Paper: Table 1 (val loss at the 20k budget only).", ""]
-    placed: set[str] = set()
+    ablation = [r for r in rows if r["name"].startswith("ablation-")]  # their own tables: ablations.md
+    if ablation:
+        out += [f"{len(ablation)} ablation runs: see ablations.md.", ""]
+    placed = {r["name"] for r in ablation}
+    every, rows = rows, [r for r in rows if r["name"] not in placed]
     groups = sorted({(r["scale"], r["max_steps"]) for r in rows if r["scale"] in SCALES and r["max_steps"]},
                     key=lambda g: (SCALES.index(g[0]), g[1]))
     for setting, title in _SECTIONS:
@@ -268,7 +278,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     rest = [r for r in rows if r["name"] not in placed]
     if rest:
         out += ["## Other runs", "", *_md_table([_md_row(r) for r in rest]), ""]
-    problems = [f"- `{r['name']}` ({r['status']}): {r['problem']}" for r in rows if r["problem"]]
+    problems = [f"- `{r['name']}` ({r['status']}): {r['problem']}" for r in every if r["problem"]]
     if problems:
         out += ["## Problems", "", *problems, ""]
     return "\n".join(out)

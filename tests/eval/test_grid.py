@@ -209,3 +209,30 @@ def test_markdown_csv_and_json_files(runs, tmp_path):
 def test_module_imports_without_torch():
     code = "import sys, rgpt_dist.eval.grid; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
+
+
+def test_ablation_runs_get_their_own_tables_with_deltas(tmp_path):
+    """rgpt-eval grid on ablation runs (rgpt_dist.config.ablations' names) and the main grid's runs
+    they reuse: Fig. 5's rows each against the row it builds on ('4b' against '3', like '4') and the
+    dense baseline; a sweep against its default; the seeds' mean and spread; grid.md leaves them out."""
+    root = tmp_path / "runs"
+    losses = {"gpt2-small-20k": 3.15, "ablation-fig5-2-recurrence": 3.30, "ablation-fig5-3-prelude-coda": 3.25,
+              "ablation-fig5-4-state-noise": 3.22, "ablation-fig5-4b-noise-at-init": 3.24,
+              "ablation-fig5-5-reinjection": 3.20, "recurrentgpt-small-isoflops-20k": 3.14,
+              "ablation-b6-gatebias0": 3.16, "ablation-b1-seed42-recurrentgpt": 3.15,
+              "ablation-b1-seed123-recurrentgpt": 3.13}
+    for name, loss in losses.items():
+        flavour = "gpt2-debug" if name.startswith("gpt2") else "recurrentgpt-debug"
+        make_run(root, name, flavour, train_records(100) + [{"step": 100, "val_loss": loss}])
+    rows = summarize(root)
+    written = write_table(rows, tmp_path / "out")
+    assert [p.name for p in written][-1] == "ablations.md"
+    text = (tmp_path / "out" / "ablations.md").read_text()
+    lines = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    assert "| +0.1500 | " in lines["2-recurrence"] and "-0.0500 | +0.1000" in lines["3-prelude-coda"]
+    assert "-0.0300 | +0.0700" in lines["4-state-noise"] and "-0.0100 | +0.0900" in lines["4b-noise-at-init"]
+    assert "-0.0200 | +0.0500" in lines["5-reinjection"] and "-0.0600 | -0.0100" in lines["6-gate"]
+    assert "| +0.0200 |" in lines["gatebias0"] and "| 3.1400 | +0.0000 |" in lines["default"]
+    assert "| recurrentgpt | seed123, seed1337, seed42 | 3.1300, 3.1400, 3.1500 | 3.1400 | 0.0100 |" in text
+    grid_md = (tmp_path / "out" / "grid.md").read_text()
+    assert "8 ablation runs: see ablations.md." in grid_md and "ablation-fig5" not in grid_md
