@@ -6,7 +6,7 @@ PIP     := $(PY) -m pip
 STAMP   := .venv/.installed
 export PYTHONHASHSEED := 0
 
-.PHONY: venv vocab test test-fast quickstart quickstart-eval compare bench configs lock clean
+.PHONY: venv vocab test test-fast quickstart quickstart-eval compare ablation bench configs lock clean
 
 venv: $(STAMP)
 
@@ -53,6 +53,11 @@ compare: vocab
 	test -f data/python-stdlib/manifest.json || \
 	  .venv/bin/rgpt-prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
 	$(CPU_ENV) $(PY) launcher/compare.py --data data/python-stdlib --out runs/compare
+
+ablation: vocab
+	test -f data/python-stdlib/manifest.json || \
+	  .venv/bin/rgpt-prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
+	$(CPU_ENV) $(PY) launcher/ablation.py --data data/python-stdlib --out runs/ablation
 
 bench: vocab
 	$(PY) benchmarks/model_throughput.py

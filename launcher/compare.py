@@ -1,6 +1,6 @@
 """Train every model of a scaled-down small isoFLOPs cell on the embedded corpus and compare them.
 
-    make compare                                                   # about 11 minutes on 2 cores
+    make compare                                                   # about 13 minutes on 2 cores
     .venv/bin/python launcher/compare.py --data data/python-stdlib --out runs/compare
     .venv/bin/python launcher/compare.py --data DATA --out OUT --preset quick       # smoke run
 
@@ -13,16 +13,13 @@ and OUT/early_exit.png; exit status 1 when a run fails (the others still run and
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # runnable as a script from a checkout
 
-from rgpt_dist.eval.compare import PRESETS, overrides, plan, report  # noqa: E402
+from rgpt_dist.eval.compare import PRESETS, overrides, plan, report, train_runs  # noqa: E402
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,19 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (Path(data) / "manifest.json").is_file():
         print(f"compare: {data} is not an rgpt-prep dataset (no manifest.json)", file=sys.stderr)
         return 2
-    runs, failed = plan(), []
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    for run in runs:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.nproc}",
-               str(ROOT / "launcher" / "train.py"), str(ROOT / "configs" / "experiments" / f"{run.flavour}-20k.yaml"),
-               *overrides(run, args.preset, data, out)]
-        start = time.perf_counter()
-        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-        status = "done" if done.returncode == 0 else f"FAILED ({done.returncode})"
-        print(f"{run.name}: {status} in {time.perf_counter() - start:.0f} s", flush=True)
-        if done.returncode != 0:
-            failed.append(run.name)
-            print(done.stderr[-3000:], file=sys.stderr)
+    runs = plan()
+    failed = train_runs(runs, lambda run: overrides(run, args.preset, data, out), ROOT, args.nproc)
     paths = report(out, runs)
     print(paths["md"].read_text())
     print(f"wrote {', '.join(str(p) for p in paths.values())}")

@@ -43,6 +43,15 @@ class Run:
     def name(self) -> str:
         return f"{self.flavour}-seed{self.seed}"
 
+    @property
+    def config(self) -> str:
+        """Its grid config, relative to the checkout."""
+        return f"configs/experiments/{self.flavour}-20k.yaml"
+
+    @property
+    def family(self) -> str:
+        return FLAVOURS[self.flavour]["family"]
+
 
 def cell_models(cell: str = CELL) -> list[str]:
     """The cell's dense baseline, then every family's flavour of the cell in Table 1's row order."""
@@ -61,17 +70,47 @@ def plan(cell: str = CELL, seeds: tuple[int, ...] = SEEDS) -> list[Run]:
 
 def overrides(run: Run, preset: str, data: str, out: str | Path) -> list[str]:
     """The key=value overrides of one run on top of its grid config (same tokens for every run)."""
+    return cpu_overrides(preset, run.family, run.seed, data, Path(out) / run.name)
+
+
+def cpu_overrides(preset: str, family: str, seed: int, data: str, run_dir: str | Path) -> list[str]:
+    """A grid config shrunk to a CPU preset: width, batch, steps, schedule, 2-process ZeRO-2 in fp32,
+    one checkpoint and one evaluation at the end; RRT's LoRA rank keeps its ratio to the width."""
     p = PRESETS[preset]
-    spec = spec_for(FLAVOURS[run.flavour]["family"])
+    spec = spec_for(family)
     width = [f"model.{k}={v}" for k, v in spec.width_overrides(p["d_model"]).items()]  # RRT's LoRA rank
     return [*width, f"model.d_model={p['d_model']}", f"model.n_head={p['n_head']}", f"model.block_size={p['seq_len']}",
             f"train.seq_len={p['seq_len']}", f"train.micro_batch_size={p['micro_batch_size']}",
             f"train.global_batch_size={p['global_batch_size']}", f"train.max_steps={p['max_steps']}",
             f"train.warmup_steps={p['warmup_steps']}", f"train.lr={p['lr']}", f"train.min_lr={p['min_lr']}",
-            f"train.seed={run.seed}", f"data.paths=[{data}]", "parallel.zero_stage=2", "parallel.dtype=fp32",
+            f"train.seed={seed}", f"data.paths=[{data}]", "parallel.zero_stage=2", "parallel.dtype=fp32",
             "parallel.activation_checkpointing=none", f"checkpoint.every_steps={p['max_steps']}",
             "checkpoint.keep_last=1", f"eval.every_steps={p['max_steps']}", f"eval.batches={p['eval_batches']}",
-            f"log.run_dir={Path(out) / run.name}", "log.every_steps=10", "log.wandb=disabled"]
+            f"log.run_dir={run_dir}", "log.every_steps=10", "log.wandb=disabled"]
+
+
+def train_runs(runs: list, args_of, root: Path, nproc: int = 2) -> list[str]:
+    """Trains each run (`.name`, `.config` relative to root) with torchrun on nproc processes and the
+    overrides args_of(run); prints one line per run; returns the names of those that failed (the
+    others still run). A finished run is kept, an interrupted one resumes (the trainer's own rules)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(root), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    failed = []
+    for run in runs:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+               str(root / "launcher" / "train.py"), str(root / run.config), *args_of(run)]
+        start = time.perf_counter()
+        done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
+        status = "done" if done.returncode == 0 else f"FAILED ({done.returncode})"
+        print(f"{run.name}: {status} in {time.perf_counter() - start:.0f} s", flush=True)
+        if done.returncode != 0:
+            failed.append(run.name)
+            print(done.stderr[-3000:], file=sys.stderr)
+    return failed
 
 
 def report(out_dir: str | Path, runs: list[Run]) -> dict[str, Path]:
