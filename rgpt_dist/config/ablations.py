@@ -19,9 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from rgpt_dist.config.experiments import run_config
+from rgpt_dist.config.experiments import run_config, write_configs
 
 SMALL, MEDIUM = "recurrentgpt-small-isoflops", "recurrentgpt-medium-isoflops"
 # Fig. 5's rows on a cell's layout: each adds one component to the row before it. "Recurrence alone"
@@ -74,13 +72,6 @@ def ablations() -> dict[str, dict[str, Any]]:
 
 
 def write_yaml(directory: str | Path) -> list[Path]:
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, data in ablations().items():
-        path = directory / f"{name}.yaml"
-        path.write_text(f"# Ablation run {name}: generated from rgpt_dist/config/ablations.py (`make configs`).\n"
-                        "# Prepare data/pretrain with rgpt-prep --seq-len 1024; the main grid's recipe.\n"
-                        + yaml.safe_dump(data, sort_keys=False))
-        written.append(path)
-    return written
+    return write_configs(directory, ablations(), lambda name: (
+        f"# Ablation run {name}: generated from rgpt_dist/config/ablations.py (`make configs`).\n"
+        "# Prepare data/pretrain with rgpt-prep --seq-len 1024; the main grid's recipe.\n"))

@@ -45,16 +45,21 @@ def grid() -> dict[str, dict[str, Any]]:
             for cell in trained_flavours() for budget, steps in BUDGETS.items()}
 
 
-def write_yaml(directory: str | Path) -> list[Path]:
+def write_configs(directory: str | Path, configs: dict[str, dict[str, Any]], header) -> list[Path]:
+    """Each config as directory/<name>.yaml under the comment header(name); returns the paths."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, data in grid().items():
+    for name, data in configs.items():
         path = directory / f"{name}.yaml"
-        header = (f"# Paper grid cell {name}: generated from rgpt_dist/config/experiments.py (`make configs`).\n"
-                  f"# Prepare data/pretrain with rgpt-prep --seq-len 1024; tokens/step = 480 x 1024 on any GPU\n"
-                  f"# count: micro-batch {MICRO_BATCH} fits 8 or 16 GPUs; otherwise pick train.micro_batch_size so\n"
-                  f"# that 480 divides by micro x GPUs (checked before launch).\n")
-        path.write_text(header + yaml.safe_dump(data, sort_keys=False))
+        path.write_text(header(name) + yaml.safe_dump(data, sort_keys=False))
         written.append(path)
     return written
+
+
+def write_yaml(directory: str | Path) -> list[Path]:
+    return write_configs(directory, grid(), lambda name: (
+        f"# Paper grid cell {name}: generated from rgpt_dist/config/experiments.py (`make configs`).\n"
+        f"# Prepare data/pretrain with rgpt-prep --seq-len 1024; tokens/step = 480 x 1024 on any GPU\n"
+        f"# count: micro-batch {MICRO_BATCH} fits 8 or 16 GPUs; otherwise pick train.micro_batch_size so\n"
+        f"# that 480 divides by micro x GPUs (checked before launch).\n"))

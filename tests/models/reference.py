@@ -42,13 +42,18 @@ def block(x, sd, p, n_head, eps):
     return x + m @ sd[p + "mlp.proj.weight"].T + sd[p + "mlp.proj.bias"]
 
 
+def prelude(sd, cfg, idx):
+    """Token + position embeddings of idx (B, T), then the prelude blocks: (B, T, d)."""
+    h = sd["embed.wte.weight"][idx] + sd["embed.wpe.weight"][:idx.shape[1]]
+    for i in range(cfg.n_pre):
+        h = block(h, sd, f"prelude.{i}.", cfg.n_head, cfg.ln_eps)
+    return h
+
+
 def recurrent_gpt_logits(sd, cfg, idx, r, noise=None):
     """SPEC section 1. noise: list of (eps_x, eps_g) per step, or None for no noise."""
     eps = cfg.ln_eps
-    T = idx.shape[1]
-    h = sd["embed.wte.weight"][idx] + sd["embed.wpe.weight"][:T]
-    for i in range(cfg.n_pre):
-        h = block(h, sd, f"prelude.{i}.", cfg.n_head, eps)
+    h = prelude(sd, cfg, idx)
     h_pre = h
     for step in range(r):
         eps_x, eps_g = noise[step] if noise is not None else (0.0, 0.0)
@@ -77,10 +82,7 @@ def recurrent_ablation_logits(sd, cfg, idx, r, eps_x=None):
     gate none: h <- o (else the full model's gated update, without gate noise here);
     state_noise init: eps only at the first step. eps_x: per-step state noise (list of r tensors) or None."""
     eps = cfg.ln_eps
-    T = idx.shape[1]
-    h = sd["embed.wte.weight"][idx] + sd["embed.wpe.weight"][:T]
-    for i in range(cfg.n_pre):
-        h = block(h, sd, f"prelude.{i}.", cfg.n_head, eps)
+    h = prelude(sd, cfg, idx)
     h_pre = h
     for step in range(r):
         noisy = eps_x is not None and (cfg.state_noise == "every_step" or step == 0)
@@ -202,10 +204,7 @@ def recurrent_gpt_cached_logits(sd, cfg, chunks, r, strategy):
 def poisson_logits(sd, cfg, idx, r, state):
     """Heavy-tail Poisson depth (SPEC section 4): s^(0) = state (B, T, d); s = core(adapter[s, e])."""
     eps = cfg.ln_eps
-    T = idx.shape[1]
-    e = sd["embed.wte.weight"][idx] + sd["embed.wpe.weight"][:T]
-    for i in range(cfg.n_pre):
-        e = block(e, sd, f"prelude.{i}.", cfg.n_head, eps)
+    e = prelude(sd, cfg, idx)
     adapter = torch.cat([sd["recurrence.adapt_s.weight"], sd["recurrence.adapt_e.weight"]], dim=1)  # (d, 2d)
     s = state
     for _ in range(r):
@@ -246,10 +245,7 @@ def lora_block(x, sd, p, n_head, eps, lora, scale):
 def relaxed_logits(sd, cfg, idx, r):
     """Relaxed Recursive Transformer: step i runs the shared core with adapters i."""
     eps, scale = cfg.ln_eps, cfg.lora_alpha / cfg.lora_rank
-    T = idx.shape[1]
-    h = sd["embed.wte.weight"][idx] + sd["embed.wpe.weight"][:T]
-    for i in range(cfg.n_pre):
-        h = block(h, sd, f"prelude.{i}.", cfg.n_head, eps)
+    h = prelude(sd, cfg, idx)
     for step in range(r):
         for j in range(cfg.n_rec):
             h = lora_block(h, sd, f"recurrence.blocks.{j}.", cfg.n_head, eps, f"recurrence.adapters.{step}.{j}.", scale)
@@ -264,10 +260,7 @@ def ouro_readouts(sd, cfg, idx, targets, r):
     iteration read out through coda + head. Returns per iteration t = 1..r the token losses (B, T)
     (explicit log-softmax over the real vocabulary) and the exit gate lambda_t (B, T)."""
     eps = cfg.ln_eps
-    T = idx.shape[1]
-    s = sd["embed.wte.weight"][idx] + sd["embed.wpe.weight"][:T]
-    for i in range(cfg.n_pre):
-        s = block(s, sd, f"prelude.{i}.", cfg.n_head, eps)
+    s = prelude(sd, cfg, idx)
     losses, lambdas = [], []
     for _ in range(r):
         for i in range(cfg.n_rec):
@@ -312,9 +305,7 @@ def mor_forward(sd, cfg, idx, r, routing):
     Returns (logits (B, T, V_padded), auxiliary loss, routes: [recursion][row] -> sorted positions)."""
     eps, N = cfg.ln_eps, cfg.n_loops
     B, T = idx.shape
-    h = sd["embed.wte.weight"][idx] + sd["embed.wpe.weight"][:T]
-    for i in range(cfg.n_pre):
-        h = block(h, sd, f"prelude.{i}.", cfg.n_head, eps)
+    h = prelude(sd, cfg, idx)
     rows, candidates = [h[b] for b in range(B)], [list(range(T)) for _ in range(B)]
     aux, routes = 0.0, []
     if routing == "token":  # depths chosen once from h^(0): argmax of softmax(W h) over N, + 1

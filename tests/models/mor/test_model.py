@@ -170,19 +170,25 @@ def test_beyond_n_nothing_runs_and_zero_is_the_prelude():
     assert out.aux["stats"]["routed_frac"].tolist()[3:] == [0.0, 0.0]
 
 
-def test_flops_count_the_routed_tokens():
-    """Executed FLOPs of a training forward (torch's counter, the gathered recursions) equal the
-    spec's: recursion i runs ceil(c_i T) tokens whose attention spans only them."""
-    cfg = load_config("mor-debug", ["model.vocab_size=512", "model.block_size=64", "model.pad_vocab_multiple=64",
-                                    "train.seq_len=64", "model.n_loops=4"]).model
+def counted_training_forward(*overrides):
+    """The debug flavour (S = 64) with `overrides`: (config, matmul FLOPs torch's counter sees in a
+    training forward of 2 x 64 tokens, the spec's executed FLOPs for them)."""
     from rgpt_dist.registry import build_model
 
+    cfg = load_config("mor-debug", ["model.vocab_size=512", "model.block_size=64", "model.pad_vocab_multiple=64",
+                                    "train.seq_len=64", *overrides]).model
     model = build_model(cfg, seed=0).train()
     idx = torch.randint(0, cfg.vocab_size, (2, 64))
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter, torch.no_grad():
         model(idx)
-    assert counter.get_total_flops() == pytest.approx(idx.numel() * (executed_forward_flops(cfg, 64) + head_flops(cfg)),
-                                                      rel=1e-9)
+    return cfg, counter.get_total_flops(), idx.numel() * (executed_forward_flops(cfg, 64) + head_flops(cfg))
+
+
+def test_flops_count_the_routed_tokens():
+    """Executed FLOPs of a training forward (torch's counter, the gathered recursions) equal the
+    spec's: recursion i runs ceil(c_i T) tokens whose attention spans only them."""
+    cfg, counted, expected = counted_training_forward("model.n_loops=4")
+    assert counted == pytest.approx(expected, rel=1e-9)
     d, S = cfg.d_model, 64
     routed = sum(c * (24 * d * d + 4 * c * S * d) for c in (1, 0.75, 0.5, 0.25))
     assert forward_flops(cfg, S) == pytest.approx(2 * (24 * d * d + 4 * S * d) + routed + 4 * 2 * d)
@@ -190,16 +196,8 @@ def test_flops_count_the_routed_tokens():
 
 
 def test_token_choice_flops_are_every_recursion_on_every_token():
-    cfg = load_config("mor-debug", ["model.vocab_size=512", "model.block_size=64", "model.pad_vocab_multiple=64",
-                                    "train.seq_len=64", "model.routing=token"]).model
-    from rgpt_dist.registry import build_model
-
-    model = build_model(cfg, seed=0).train()
-    idx = torch.randint(0, cfg.vocab_size, (2, 64))
-    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter, torch.no_grad():
-        model(idx)
-    assert counter.get_total_flops() == pytest.approx(idx.numel() * (executed_forward_flops(cfg, 64) + head_flops(cfg)),
-                                                      rel=1e-9)
+    cfg, counted, expected = counted_training_forward("model.routing=token")
+    assert counted == pytest.approx(expected, rel=1e-9)
     assert forward_flops(cfg, 64) == pytest.approx((2 + 3) * (24 * 64 ** 2 + 4 * 64 * 64) + 2 * 64 * 3)
 
 
