@@ -6,6 +6,16 @@ first layer column- and its second row-parallel, W_proj row-parallel on its repl
 the token embedding (vocabulary-parallel). Layer norms and position embeddings stay replicated. The tied LM head multiplies by the local
 vocabulary shard of the embedding, and the loss is megatron's vocabulary-parallel cross-entropy with
 the padding columns masked out.
+
+Under torch.compile (parallel.compile=blocks traces each Block and the head) the linear layers take
+a traceable path: F.linear between megatron's own region mappings (copy-to / scatter-to /
+reduce-from the tensor-parallel region, whose synchronous all-reduces dynamo turns into functional
+collectives), with the group passed explicitly. megatron's fused linear function issues its
+input-gradient all-reduce with async_op=True and warns through `warnings.warn`, and dynamo breaks
+the graph on both (29 breaks in the debug model, 0 on this path). Eager runs keep megatron's
+forward, whose backward overlaps that all-reduce with the weight-gradient product; compiled, the
+overlap is the compiler's to schedule. Same products, same reductions: the compiled tp = 2 run
+reproduces tp = 1 (tests/train/test_distributed.py).
 """
 from __future__ import annotations
 
@@ -29,7 +39,10 @@ class ColumnLinear(tensor_parallel.ColumnParallelLinear):
     weight of this rank's shard's shape (a merged low-rank update), as megatron allows."""
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
-        return super().forward(x, weight=weight)[0]
+        if not torch.compiler.is_compiling():
+            return super().forward(x, weight=weight)[0]
+        x = tensor_parallel.copy_to_tensor_model_parallel_region(x, group=self.tp_group)   # compiled: see the module docstring
+        return F.linear(x, self.weight if weight is None else weight, self.bias)
 
 
 class RowLinear(tensor_parallel.RowParallelLinear):
@@ -38,11 +51,12 @@ class RowLinear(tensor_parallel.RowParallelLinear):
     the same three steps here (slice a replicated input, partial product, all-reduce)."""
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
-        if weight is None:
+        if weight is None and not torch.compiler.is_compiling():
             return super().forward(x)[0]
         if not self.input_is_parallel:
-            x = tensor_parallel.scatter_to_tensor_model_parallel_region(x)
-        y = tensor_parallel.reduce_from_tensor_model_parallel_region(F.linear(x, weight))
+            x = tensor_parallel.scatter_to_tensor_model_parallel_region(x, group=self.tp_group)
+        y = tensor_parallel.reduce_from_tensor_model_parallel_region(
+            F.linear(x, self.weight if weight is None else weight), group=self.tp_group)
         return y if self.bias is None else y + self.bias
 
 
@@ -58,6 +72,7 @@ class TensorParallelFactory(LayerFactory):
     def __init__(self, params_dtype: torch.dtype = torch.float32):
         self.tp_size = parallel_state.get_tensor_model_parallel_world_size()
         self.tp_rank = parallel_state.get_tensor_model_parallel_rank()
+        self.group = parallel_state.get_tensor_model_parallel_group()
         self.config = ModelParallelConfig(tensor_model_parallel_size=self.tp_size, use_cpu_initialization=True,
                                           gradient_accumulation_fusion=False, params_dtype=params_dtype)
 
@@ -80,11 +95,11 @@ class TensorParallelFactory(LayerFactory):
 
     def shared(self, t: torch.Tensor) -> torch.Tensor:
         """Identity forward; backward sums the gradient over the tensor-parallel group."""
-        return tensor_parallel.copy_to_tensor_model_parallel_region(t)
+        return tensor_parallel.copy_to_tensor_model_parallel_region(t, group=self.group)
 
     def lm_logits(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """(B, T, d) x local (V / tp, d) -> (B, T, V / tp); the input's gradient is all-reduced."""
-        return F.linear(tensor_parallel.copy_to_tensor_model_parallel_region(h), weight)
+        return F.linear(tensor_parallel.copy_to_tensor_model_parallel_region(h, group=self.group), weight)
 
     def cross_entropy(self, logits: torch.Tensor, targets: torch.Tensor, vocab_size: int) -> torch.Tensor:
         """Vocabulary-parallel cross-entropy on this rank's logit shard; padding columns (ids >=
