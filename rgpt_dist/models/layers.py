@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import torch
@@ -88,15 +88,15 @@ class ModelOutput:
     aux: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-Deltas = Mapping[str, Callable[[], torch.Tensor]]
+Deltas = Mapping[str, torch.Tensor]
 """Projection name ('qkv', 'attn_proj', 'fc', 'mlp_proj') -> () -> an update of its weight (the
 rank's shard, the weight's shape)."""
 
 
 def _project(layer: nn.Module, x: torch.Tensor, delta: Deltas | None, name: str) -> torch.Tensor:
-    """layer(x), or with a weight update layer(x) computed with W + delta[name](): one matmul per
-    token as without the update (the update is formed once per call, not per token)."""
-    return layer(x) if delta is None else layer(x, weight=layer.weight + delta[name]())
+    """layer(x), or with a weight update layer(x) computed with W + delta[name] (a tensor of the
+    weight's shape): one matmul per token as without the update."""
+    return layer(x) if delta is None else layer(x, weight=layer.weight + delta[name])
 
 
 def layer_norm(cfg: Any) -> nn.LayerNorm:

@@ -2,9 +2,9 @@
 
 `blocks` (regional compilation) compiles the `forward` of every transformer `Block` and of the
 `LMHead` in place: the state dict keeps its names (checkpoints and exports do not change), and the
-module's own hooks stay outside the graph. Under ZeRO-3 the submodules' gathering hooks run inside
-it as graph breaks, and the head's tied embedding is registered for its hook to gather
-(rgpt_dist.parallel.zero.register_tied_parameters; docs/parallelism.md has the counts).
+module's own hooks stay outside the graph. Under ZeRO-3 those hooks gather the whole unit's
+parameters (rgpt_dist.parallel.zero.gather_per_unit: none run inside the graph), the head's tied
+embedding among them (register_tied_parameters); docs/parallelism.md has the counts.
 The recurrence loop, the depth r, the keyed noise and the family's step arithmetic stay eager
 around them: a Block computes the same function at every depth and every step of the shared core,
 so a new r every optimizer step compiles nothing new. All Blocks share one code object and dynamo
@@ -53,6 +53,12 @@ def apply_compile(model: nn.Module, mode: Mode, backend: str = "inductor") -> li
     if mode == "blocks":
         units = compile_units(model)
         noise.compile_draws(backend)  # the keyed noise stays outside the blocks: fuse its hash
+        # A Block that sees several sequence lengths (MoR's routed recursions) has a static graph and
+        # a dynamic one; dynamo tries the most recently used first, so activation checkpointing's
+        # recomputation could take the other graph than the forward did and save a different set of
+        # tensors (CheckpointError, pytorch#166926). Checked in compilation order, each call finds the
+        # graph its forward used.
+        torch._C._dynamo.eval_frame._set_lru_cache(False)
     elif mode == "model":
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, MODEL_RECOMPILE_LIMIT)
         units = [model]

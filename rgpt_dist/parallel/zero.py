@@ -70,6 +70,37 @@ def register_tied_parameters(model: torch.nn.Module) -> None:
             register_external_parameter(module, param)
 
 
+def gather_per_unit(engine, units: list[torch.nn.Module]) -> None:
+    """ZeRO-3 with compiled units (parallel.compile=blocks): gather each unit's parameters in the
+    unit's own hooks, which run outside its compiled forward, instead of in every submodule's.
+
+    DeepSpeed hooks every submodule (fetch before forward, release after; the same around backward)
+    and those hooks are opaque to dynamo: the graph of a compiled Block broke at each of its Linears
+    and LayerNorms (32 breaks in the debug model). Here the hooks DeepSpeed registered on a unit's
+    submodules are removed and the unit is flagged a ZeRO-3 "leaf", which makes its own hooks fetch
+    and release every parameter beneath it. The flag is set after deepspeed.initialize on purpose:
+    DeepSpeed's leaf modules, flagged before, also reduce their gradients in the leaf's backward hook,
+    once per call, and the shared core runs r times per forward. Set afterwards, gradients stay on
+    the per-parameter hooks (reduced once, when autograd has summed every step's contribution).
+    Call after init_engine; the unit's parameters are gathered for the unit's whole forward and backward."""
+    use_cpu_accelerator()
+    from deepspeed.utils import set_z3_leaf_module
+
+    offload = engine.optimizer.parameter_offload
+    inner = [m for unit in units for m in unit.modules() if m is not unit]
+    hook_dicts = {id(d) for m in inner for d in (m._forward_pre_hooks, m._forward_hooks)}
+    for handles in (offload.forward_hooks, offload.backward_hooks):
+        kept = []
+        for handle in handles:
+            if id(handle.hooks_dict_ref()) in hook_dicts:
+                handle.remove()
+            else:
+                kept.append(handle)
+        handles[:] = kept
+    for unit in units:
+        set_z3_leaf_module(unit, True)
+
+
 def init_engine(model: torch.nn.Module, optimizer, scheduler, cfg: Config, dims: ParallelDims):
     """deepspeed.initialize with our optimizer and schedule (stepped by the engine at boundaries)."""
     use_cpu_accelerator()

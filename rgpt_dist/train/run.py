@@ -14,7 +14,7 @@ from rgpt_dist.durable import atomic_write_text
 from rgpt_dist.parallel.checkpointing import apply_activation_checkpointing
 from rgpt_dist.parallel.compile import apply_compile
 from rgpt_dist.parallel.dims import ParallelDims
-from rgpt_dist.parallel.zero import init_distributed, init_engine, register_tied_parameters
+from rgpt_dist.parallel.zero import gather_per_unit, init_distributed, init_engine, register_tied_parameters
 from rgpt_dist.registry import build_model
 from rgpt_dist.safe_load import UntrustedCheckpoint
 from rgpt_dist.train.checkpoint import CheckpointManager
@@ -70,11 +70,14 @@ def train(cfg: Config) -> int:
     model = build_model(cfg.model, seed=cfg.train.seed)
     if dims.tp > 1:
         model = shard_model(model, cfg, dims)
-    if apply_compile(model, cfg.parallel.compile_mode(), cfg.parallel.compile_backend) and cfg.parallel.zero_stage == 3:
+    compiled = apply_compile(model, cfg.parallel.compile_mode(), cfg.parallel.compile_backend)
+    if compiled and cfg.parallel.zero_stage == 3:
         register_tied_parameters(model)
     apply_activation_checkpointing(model, cfg.parallel.activation_checkpointing)
     optimizer = make_optimizer(model, cfg.train)
     engine = init_engine(model, optimizer, make_scheduler(optimizer, cfg.train), cfg, dims)
+    if compiled and cfg.parallel.zero_stage == 3:
+        gather_per_unit(engine, compiled)
     train_loader, val_batches = _loaders(cfg, dims)
     ckpt = CheckpointManager(cfg.checkpoint.dir or run_dir / "checkpoints", cfg.checkpoint.keep_last, dims.rank,
                              trust=cfg.checkpoint.trust_pickle)

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tests.helpers.runs import BASE, assert_same_training, launch, losses, records, train, trajectory
-from tests.train.test_distributed import kill_and_restart
+from tests.train.test_distributed import COMPILED, assert_compiled_once, kill_and_restart
 
 pytestmark = pytest.mark.slow
 
@@ -61,10 +61,15 @@ def one_rank(dataset, tmp_path_factory):
 def test_two_ranks_match_one_rank_at_zero_stages(family, stage, one_rank, dataset, tmp_path):
     """Poisson at ZeRO 0, 1 and 3 (truncated backprop leaves the first steps without autograd); RRT,
     whose adapters are ordinary parameters, at ZeRO-3 (the suite's time budget); ZeRO-2: below.
-    Depths, losses and the evaluation equal one rank's to relative 2e-5, gradient norms to GRAD_NORM_REL."""
+    Depths, losses and the evaluation equal one rank's to relative 2e-5, gradient norms to GRAD_NORM_REL.
+    The ZeRO-3 runs are compiled (blocks), with no graph break: every family's Blocks and head gather
+    their parameters in their own hooks (rgpt_dist.parallel.zero.gather_per_unit); Poisson, Ouro and
+    MoR also run eager at ZeRO-3 in the SIGKILL tests below."""
     ref = one_rank(family)
     got = run(2, tmp_path, dataset, family, f"parallel.zero_stage={stage}", *DETERMINISTIC[family], *STEPS,
-              DP2_EVAL)
+              DP2_EVAL, *(COMPILED if stage == 3 else []))
+    if stage == 3:
+        assert_compiled_once(got, breaks=0, depth_varies=family == "poisson")  # the others train at R
     depths = [r["r"] for r in ref if "loss" in r]
     if family == "poisson":
         assert max(depths) > 2, f"no step truncated its backprop: depths {depths}"  # k_max = 2

@@ -80,8 +80,10 @@ class RelaxedCore(nn.Module):
         if i >= len(self.adapters):
             raise ValueError(f"the Relaxed Recursive Transformer has adapters for {len(self.adapters)} steps: "
                              f"depth {i + 1} does not exist (evaluate at r <= {len(self.adapters)})")
-        for block, delta, cache in zip(self.blocks, self.adapters[i], caches or [None] * len(self.blocks)):
-            h = block(h, cache, delta, mask)
+        for block, adapters, cache in zip(self.blocks, self.adapters[i], caches or [None] * len(self.blocks)):
+            # the updates are formed here, outside the block: a compiled block then reads tensors, not
+            # modules (whose ZeRO-3 gathering hooks would run inside its graph)
+            h = block(h, cache, {name: lora() for name, lora in adapters.items()}, mask)
         return h, None
 
 
