@@ -39,12 +39,12 @@ quickstart: vocab
 	rm -rf runs/quickstart
 	$(CPU_ENV) .venv/bin/torchrun --standalone --nproc_per_node 2 launcher/train.py configs/experiments/quickstart.yaml
 
-# Export the quickstart's checkpoint and evaluate it: early-exit curve, Appendix E diagnostics and the
+# Export the quickstart's checkpoint and evaluate it: early-exit curve, every Appendix E analysis (report.html) and the
 # bundled lm-eval task over depths; outputs in eval/quickstart (shown in README.md).
 quickstart-eval: vocab
 	.venv/bin/rgpt-export runs/quickstart exports/quickstart --overwrite
 	$(CPU_ENV) .venv/bin/rgpt-eval curve exports/quickstart --data data/python-stdlib --batches 10 --out eval/quickstart
-	$(CPU_ENV) .venv/bin/rgpt-eval diagnostics exports/quickstart --data data/python-stdlib --batches 4 --out eval/quickstart
+	$(CPU_ENV) .venv/bin/rgpt-eval diagnostics exports/quickstart --all --data data/python-stdlib --batches 4 --out eval/quickstart
 	$(CPU_ENV) HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 .venv/bin/rgpt-eval lm-eval exports/quickstart --depths 0,1,4,8 --out eval/quickstart
 
 # Table 1 at CPU scale (#14): every model of a scaled-down small isoFLOPs cell on the embedded corpus,

@@ -4,6 +4,7 @@
     rgpt-eval curve exports/x --depths 0,1,2,4,8 --data data/python-stdlib --batches 20 --out eval/x
     rgpt-eval curve exports/ouro --exit-thresholds 0.3,0.5,0.9 --out eval/ouro   # + per-token exits (Ouro)
     rgpt-eval diagnostics runs/quickstart --out eval/quickstart           # per-step KL, gates, CKA, heatmap
+    rgpt-eval diagnostics exports/x --all --dense exports/gpt2 --out eval/x  # all of Appendix E + report.html
     rgpt-eval lm-eval exports/x --tasks rgpt_example --depths 1,4,8 --out eval/x   # accuracy vs R*
     rgpt-eval lm-eval exports/x --tasks hellaswag,arc_easy --out eval/x   # standard tasks (downloads data)
     rgpt-eval grid runs --out results                                     # Table 1 layout over a runs dir
@@ -47,7 +48,14 @@ def _parser() -> argparse.ArgumentParser:
     sub.choices["curve"].add_argument("--exit-thresholds", type=_floats,
                                       help="families with a learned exit (Ouro): comma-separated thresholds q of the "
                                            "per-token exit (default: the model's exit_threshold)")
-    sub.choices["diagnostics"].add_argument("--r", type=int, help="depth to diagnose (default R)")
+    d = sub.choices["diagnostics"]
+    d.add_argument("--r", type=int, help="depth to diagnose (default R)")
+    d.add_argument("--all", action="store_true",
+                   help="every Appendix E analysis (rgpt_dist.eval.appendix) and report.md / report.html")
+    d.add_argument("--only", help="with --all: comma-separated analyses to run (default: all)")
+    d.add_argument("--dense", help="with --all: a dense GPT-2 export or checkpoint for E.4's cross-model CKA")
+    d.add_argument("--prompt", help="with --all: text of the prompt for Fig. 4 and the gate heatmap "
+                                    "(default: the first validation sequence)")
     s = sub.add_parser("lm-eval", help="lm-evaluation-harness on OUT/hf, optionally over depths")
     s.add_argument("export", help="rgpt-export directory (or its hf/ directory)")
     s.add_argument("--out", required=True)
@@ -113,9 +121,14 @@ def curve(args) -> Path:
 
 def diagnostics(args) -> Path:
     from rgpt_dist.data.tokenizer import get_encoding
+    from rgpt_dist.eval.appendix import analysis
     from rgpt_dist.eval.diagnostics import diagnose, gate_heatmap
     from rgpt_dist.models.spec import spec_for
 
+    if not args.all and (args.only or args.dense or args.prompt is not None):
+        raise ValueError("--only, --dense and --prompt go with --all")
+    for name in filter(None, (args.only or "").split(",")):   # unknown names refused before loading anything
+        analysis(name)
     model, batches, _ = _model_and_batches(args)
     if not spec_for(model.cfg).diagnostics:
         raise ValueError(f"{args.source} is a {model.cfg.family} model: the diagnostics are RecurrentGPT's "
@@ -124,6 +137,8 @@ def diagnostics(args) -> Path:
         raise ValueError(f"{args.source} was trained without the gate (model.gate={model.cfg.gate}): the "
                          "diagnostics read the gate's statistics")
     out = Path(args.out)
+    if args.all:
+        return _appendix(args, model, batches, out)
     out.mkdir(parents=True, exist_ok=True)
     result = diagnose(model, batches, r=args.r)
     result.to_json(out / "diagnostics.json")
@@ -131,6 +146,42 @@ def diagnostics(args) -> Path:
     result.plot(out)
     gate_heatmap(model, batches[0][0][:1, :64], out / "gate_heatmap.png", decode=get_encoding().decode, r=args.r)
     print(f"wrote {', '.join(sorted(p.name for p in out.iterdir()))} to {out}")
+    return out
+
+
+def _appendix(args, model, batches, out: Path) -> Path:
+    """`diagnostics --all`: every Appendix E analysis, each with its JSON, CSV and plot, and the report."""
+    import torch
+
+    from rgpt_dist.data.tokenizer import get_encoding
+    from rgpt_dist.eval.appendix.common import Context
+    from rgpt_dist.eval.appendix.report import run_all, write_report
+    from rgpt_dist.eval.source import load_model
+    from rgpt_dist.models.spec import spec_for
+
+    enc = get_encoding()
+    dense = None
+    if args.dense:
+        dense, _ = load_model(args.dense, trust=args.trust_checkpoint)
+        if spec_for(dense.cfg).recurrent:
+            raise ValueError(f"--dense {args.dense} is a {dense.cfg.family} model, not a dense GPT-2")
+        dense = dense.to(batches[0][0].device).eval()
+    prompt = None
+    if args.prompt is not None:
+        ids = enc.encode_ordinary(args.prompt)[-model.cfg.block_size:]   # its last block_size tokens
+        if not ids:
+            raise ValueError("--prompt is empty")
+        prompt = torch.tensor(ids, device=batches[0][0].device)
+    ctx = Context(model=model.eval(), batches=batches, out=out, r=args.r, dense=dense, prompt=prompt,
+                  decode=enc.decode)
+    names = [n for n in args.only.split(",") if n] if args.only else None
+    results, skipped = run_all(ctx, names)
+    header = (f"Source: `{args.source}`, depth r = {ctx.depth}, {sum(int(x.numel()) for x, _ in batches)} "
+              f"validation tokens ({len(batches)} batches)" + (f", dense: `{args.dense}`" if args.dense else "") + ".")
+    write_report(results, out, header, skipped)
+    for line in skipped:
+        print(line)
+    print(f"wrote {len(results)} analyses and report.md / report.html to {out}")
     return out
 
 

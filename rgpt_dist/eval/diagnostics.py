@@ -235,7 +235,7 @@ def diagnose(model, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], r: int
     return _finish(sums, r, cka_stats)
 
 
-def _figure(size: tuple[float, float]):
+def figure(size: tuple[float, float]):
     """A matplotlib Figure drawn by the Agg canvas, without pyplot (no global backend or state)."""
     from matplotlib.figure import Figure
     return Figure(figsize=size)
@@ -244,7 +244,7 @@ def _figure(size: tuple[float, float]):
 def _plot_steps(d: Diagnostics, path: Path) -> Path:
     steps = list(range(d.r + 1))
     rec = steps[1:]
-    fig = _figure((13, 7))
+    fig = figure((13, 7))
     axes = fig.subplots(2, 3)
     panels = [("exit loss", [("loss", steps, d.loss)]),
               ("KL(p_final || p_step)", [("KL", steps, d.kl_to_final)]),
@@ -267,7 +267,7 @@ def _plot_steps(d: Diagnostics, path: Path) -> Path:
 
 def _plot_cka(matrix: list[list[float]], path: Path) -> Path:
     k = len(matrix)
-    fig = _figure((2.0 + 0.6 * k, 1.0 + 0.6 * k))
+    fig = figure((2.0 + 0.6 * k, 1.0 + 0.6 * k))
     ax = fig.subplots()
     im = ax.imshow(matrix, vmin=0.0, vmax=1.0, cmap="viridis")
     if k <= 16:
@@ -286,7 +286,7 @@ def _plot_cka(matrix: list[list[float]], path: Path) -> Path:
     return path
 
 
-def _label(token: str) -> str:
+def label(token: str) -> str:
     """A token string safe as a tick label: newlines shown as \\n, no mathtext."""
     return token.replace("\n", "\\n").replace("$", "\\$") or "''"
 
@@ -303,13 +303,13 @@ def gate_heatmap(model, x: torch.Tensor, path: str | Path, decode: Callable[[lis
         model(idx, r=r)
     gbar = torch.stack([g[0].float().mean(-1) for g in rec["g"]]).cpu()  # (r, T)
     T = idx.shape[1]
-    fig = _figure((max(6.0, 0.35 * T), 1.5 + 0.4 * r))
+    fig = figure((max(6.0, 0.35 * T), 1.5 + 0.4 * r))
     ax = fig.subplots()
     im = ax.imshow(gbar.numpy(), aspect="auto", cmap="viridis")
     ax.set_yticks(range(r), [str(i) for i in range(1, r + 1)])
     ax.set_ylabel("step")
     if decode is not None:
-        ax.set_xticks(range(T), [_label(decode([int(t)])) for t in idx[0]], rotation=90, fontsize=7)
+        ax.set_xticks(range(T), [label(decode([int(t)])) for t in idx[0]], rotation=90, fontsize=7)
     else:
         ax.set_xlabel("token position")
     ax.set_title("mean gate per token (high = copy, low = write)")

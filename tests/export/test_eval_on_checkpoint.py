@@ -75,3 +75,40 @@ def test_dense_run_curve_has_one_point_and_no_diagnostics(runs, tmp_path, capsys
     assert [r["depth"] for r in rows] == [None] and rows[0]["loss"] > 0
     assert rgpt_eval(["diagnostics", str(runs["dense"]), "--out", str(tmp_path / "d"), *BATCHES]) == 2
     assert "gpt2 model" in capsys.readouterr().err
+
+
+def test_diagnostics_all_writes_every_analysis_and_one_report(runs, tmp_path, capsys):
+    """`rgpt-eval diagnostics RUN --all --dense DENSE --prompt TEXT` writes every Appendix E analysis
+    (JSON, CSV, plot) and report.md / report.html with each analysis's section and every plot embedded;
+    misuse is refused with exit status 2 before anything is written."""
+    import base64
+
+    from rgpt_dist.data.tokenizer import get_encoding
+    from rgpt_dist.eval.appendix import ANALYSES, analysis
+
+    def diagnostics(out, *extra):
+        return rgpt_eval(["diagnostics", str(runs["zero2-trained"]), "--out", str(out), *BATCHES, *extra])
+
+    out, prompt = tmp_path / "all", "def main():\n    return"
+    assert diagnostics(out, "--all", "--dense", str(runs["dense"]), "--prompt", prompt) == 0
+    for name in ANALYSES:
+        assert {f"{name}.json", f"{name}.csv"} <= {p.name for p in out.iterdir()}, name
+        record = json.loads((out / f"{name}.json").read_text())
+        assert record["title"] == analysis(name).TITLE and record["summary"]
+    report, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    pngs = sorted(out.glob("*.png"))
+    assert len(pngs) >= len(ANALYSES)
+    for png in pngs:
+        assert f"]({png.name})" in report
+        assert base64.b64encode(png.read_bytes()).decode() in page  # embedded, not linked
+    assert all(analysis(n).TITLE in report for n in ANALYSES)
+    assert json.loads((out / "top_tokens.json").read_text())["prompt"] == get_encoding().encode_ordinary(prompt)
+
+    bad = tmp_path / "bad"
+    for extra, reason in ((["--dense", str(runs["dense"])], "go with --all"),
+                          (["--all", "--only", "diagnostics,nonsense"], "unknown analysis 'nonsense'"),
+                          (["--all", "--dense", str(runs["zero2-trained"])], "not a dense GPT-2")):
+        capsys.readouterr()
+        assert diagnostics(bad, *extra) == 2
+        assert reason in capsys.readouterr().err
+    assert not bad.exists() or not any(bad.iterdir())

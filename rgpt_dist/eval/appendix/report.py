@@ -1,0 +1,76 @@
+"""Runs the Appendix E analyses and writes one page: report.md (plots linked beside it) and
+report.html (the same page, plots embedded as data URIs, one self-contained file).
+
+    results = run_all(ctx)                # every analysis whose inputs ctx has (ANALYSES order)
+    write_report(results, ctx.out, header)
+"""
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+
+from rgpt_dist.eval.appendix import ANALYSES, analysis
+from rgpt_dist.eval.appendix.common import Context, Result
+
+
+def run_all(ctx: Context, names: list[str] | None = None) -> tuple[list[Result], list[str]]:
+    """Runs `names` (default: all of ANALYSES) in order; an analysis whose NEEDS are missing from ctx
+    (no dense model, say) is skipped with a reason. Returns (results, skipped reasons)."""
+    modules = [analysis(name) for name in names or list(ANALYSES)]   # unknown names refused before any work
+    ctx.out.mkdir(parents=True, exist_ok=True)
+    results, skipped = [], []
+    for module in modules:
+        missing = [n for n in module.NEEDS if getattr(ctx, n) is None]
+        if missing:
+            skipped.append(f"{module.TITLE}: skipped, needs {', '.join(missing)}")
+            continue
+        results.append(module.run(ctx))
+    return results, skipped
+
+
+def write_report(results: list[Result], out: Path, header: str, skipped: list[str] = ()) -> list[Path]:
+    """report.md and report.html in `out`; figures are referenced relative to `out`."""
+    md = ["# Appendix E diagnostics", "", header, ""]
+    md += [f"- {s}" for s in skipped] + ([""] if skipped else [])
+    for res in results:
+        md += [f"## {res.title}", "", *res.summary, "",
+               f"Data: `{res.name}.json`, `{res.name}.csv`.", ""]
+        md += [f"![{p.stem}]({p.name})" for p in res.figures] + [""]
+    (out / "report.md").write_text("\n".join(md))
+    (out / "report.html").write_text(_html(md, out))
+    return [out / "report.md", out / "report.html"]
+
+
+def _html(md: list[str], out: Path) -> str:
+    """A minimal rendering of the report's markdown: headings, tables, images (embedded), text."""
+    body, table = [], []
+
+    def flush():
+        if table:
+            rows = [r for r in table if not set(r.replace("|", "").strip()) <= set("-: ")]
+            cells = [[html.escape(c.strip()) for c in r.strip().strip("|").split("|")] for r in rows]
+            head = "".join(f"<th>{c}</th>" for c in cells[0])
+            rest = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in cells[1:])
+            body.append(f"<table><tr>{head}</tr>{rest}</table>")
+            table.clear()
+
+    for line in md:
+        if line.startswith("|"):
+            table.append(line)
+            continue
+        flush()
+        if line.startswith("#"):
+            level = len(line) - len(line.lstrip("#"))
+            body.append(f"<h{level}>{html.escape(line[level:].strip())}</h{level}>")
+        elif line.startswith("![") and line.endswith(")"):
+            name = line[line.index("(") + 1: -1]
+            data = base64.b64encode((out / name).read_bytes()).decode()
+            body.append(f'<p><img alt="{html.escape(name)}" src="data:image/png;base64,{data}"></p>')
+        elif line:
+            body.append(f"<p>{html.escape(line)}</p>")
+    flush()
+    style = "body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}" \
+            "td,th{border:1px solid #ccc;padding:2px 6px;font-size:12px}img{max-width:100%}"
+    return f"<!doctype html><html><head><meta charset='utf-8'><title>Appendix E</title><style>{style}</style>" \
+           f"</head><body>{''.join(body)}</body></html>"
