@@ -111,8 +111,8 @@ def run(ctx: Context) -> Result:
                    f"W_h {', '.join(f'{v:.3g}' for v in sv['W_h'][:TOP])} (ratio {ratio:.3f}).")
     first, last = steps[0]["share_state"], steps[-1]["share_state"]
     trend = "grows" if last > first else "does not grow"
-    summary.append(f"The current state's share of the gate-logit variance {trend} from {first:.1%} at step 1 "
-                   f"to {last:.1%} at step {r}, with W_x's leading singular value {ratio:.2f}x W_h's.")
+    summary.append(f"The current state's share of the gate-logit variance {trend}: {first:.1%} at step 1, "
+                   f"{last:.1%} at step {r}; W_x's leading singular value is {ratio:.2f}x W_h's.")
     result = Result(NAME, TITLE, data, rows, summary, [_plot(steps, sv, ctx.out / f"{NAME}.png")])
     result.save(ctx.out)
     return result

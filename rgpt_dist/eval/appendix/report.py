@@ -34,12 +34,23 @@ def write_report(results: list[Result], out: Path, header: str, skipped: list[st
     md = ["# Appendix E diagnostics", "", header, ""]
     md += [f"- {s}" for s in skipped] + ([""] if skipped else [])
     for res in results:
-        md += [f"## {res.title}", "", *res.summary, "",
+        md += [f"## {res.title}", "", *_paragraphs(res.summary), "",
                f"Data: `{res.name}.json`, `{res.name}.csv`.", ""]
         md += [f"![{p.stem}]({p.name})" for p in res.figures] + [""]
     (out / "report.md").write_text("\n".join(md))
     (out / "report.html").write_text(_html(md, out))
     return [out / "report.md", out / "report.html"]
+
+
+def _paragraphs(lines: list[str]) -> list[str]:
+    """The lines with a blank line wherever a table ends and text follows (markdown would otherwise
+    read the text as one more table row)."""
+    out: list[str] = []
+    for line in lines:
+        if out and out[-1].startswith("|") and line and not line.startswith("|"):
+            out.append("")
+        out.append(line)
+    return out
 
 
 def _html(md: list[str], out: Path) -> str:

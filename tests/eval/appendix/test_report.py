@@ -43,9 +43,11 @@ def tiny_png(path):
 def test_report_links_and_embeds_every_plot(tmp_path):
     results = [Result("a", "A: first", {"x": 1}, [{"i": 0}], ["| k | v |", "|---|---|", "| <b> | 1 |"],
                       [tiny_png(tmp_path / "a.png")]),
-               Result("b", "B: second", {}, [], ["Plain text & more."], [tiny_png(tmp_path / "b.png")])]
+               Result("b", "B: second", {}, [], ["| x |", "|---|", "| 1 |", "Plain text & more."],
+                      [tiny_png(tmp_path / "b.png")])]
     md, html = write_report(results, tmp_path, "Header line.", ["C: skipped, needs dense"])
     text, page = md.read_text(), html.read_text()
+    assert "| 1 |\n\nPlain text & more." in text  # a table ends before the text after it
     for heading in ("## A: first", "## B: second", "Header line.", "- C: skipped, needs dense", "](a.png)", "](b.png)"):
         assert heading in text
     for png in ("a.png", "b.png"):
