@@ -41,7 +41,8 @@ class ColumnLinear(tensor_parallel.ColumnParallelLinear):
     def forward(self, x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
         if not torch.compiler.is_compiling():
             return super().forward(x, weight=weight)[0]
-        x = tensor_parallel.copy_to_tensor_model_parallel_region(x, group=self.tp_group)   # compiled: see the module docstring
+        # compiled: megatron's traceable mappings around F.linear (the module docstring says why)
+        x = tensor_parallel.copy_to_tensor_model_parallel_region(x, group=self.tp_group)
         return F.linear(x, self.weight if weight is None else weight, self.bias)
 
 
