@@ -238,7 +238,10 @@ def test_generate_with_cache_equals_without_and_matches_4_57(under_v5, exports, 
     cached, uncached = out[f"{family}.greedy.True"], out[f"{family}.greedy.False"]
     assert info[family]["cache"] == ("DynamicCache" if family == "gpt2" else "RGPTCache")
     assert torch.equal(cached, uncached)
-    torch.testing.assert_close(out[f"{family}.scores.True"], out[f"{family}.scores.False"], atol=1e-5, rtol=0)
+    # float32 rounding: the cached path sums attention in another order, and Ouro's iterations compound
+    # it (1.1e-5 measured on 2026-12-02, with weights that depend on the session's dataset, this
+    # checkout's source); a cache read at the wrong position moves the scores by orders more
+    torch.testing.assert_close(out[f"{family}.scores.True"], out[f"{family}.scores.False"], atol=5e-5, rtol=0)
     new = cached[:, prompt().shape[1]:]
     assert new.shape[1] == N_NEW and all(len(set(row.tolist())) > 2 for row in new)  # not one repeated token
     assert torch.equal(out[f"{family}.beams.True"], out[f"{family}.beams.False"])
