@@ -1,24 +1,150 @@
-"""Run code on N local processes under torchrun (gloo on CPU), as users launch it."""
+"""Run code on N local processes with torchrun's environment (gloo on CPU), as users launch it.
+
+The suite launches about a hundred short runs, and each one spent most of its time starting up:
+torchrun's agent imports torch (about 3 s) before it starts the workers, and every worker then
+imports torch, dynamo, DeepSpeed, mosaicml-streaming and megatron-core (about 8 s, 2026-12-02, 2
+cores) to train for a few seconds. So the workers are forked from a warm interpreter instead:
+multiprocessing's forkserver, a fresh `python` that imports those libraries once per test session
+(tests.helpers.warm) and forks one child per rank. Each child gets the environment torchrun gives
+a worker (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...), its own
+stdout and stderr, and runs `python -m module args` through runpy; a failed rank ends its peers,
+as torchrun does.
+
+torchrun itself stays tested where its behaviour is the point: the SIGKILL, preemption, torn-metrics
+and SLURM tests start it as a command, and so does `make compare`. RGPT_TESTS_TORCHRUN=1 runs every
+launch of the suite under torchrun as before (about 10 s more each), and so does a machine where
+torch sees a GPU (a CUDA driver must not be initialised before a fork).
+"""
 from __future__ import annotations
 
+import multiprocessing
 import os
+import runpy
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import time
+from multiprocessing.connection import wait
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+WARM = "tests.helpers.warm"
+GRACE_S = 10  # how long the other ranks get to exit on their own after one rank failed
 
 
 def torchrun(module: str, nproc: int, *args: str, timeout: float = 300, env: dict | None = None) -> str:
-    """`torchrun --standalone --nproc_per_node nproc -m module args`; returns stdout, raises with
-    the combined output on failure."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", module, *args]
+    """`torchrun --standalone --nproc_per_node nproc -m module args`; returns the ranks' stdout
+    (rank 0's first), raises with every rank's output on failure."""
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled",
                 # DeepSpeed compiles its CPU communication op once; keep it with the environment
                 "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR", str(ROOT / ".venv" / "torch_extensions")),
                 **(env or {})}
-    done = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
+    if os.environ.get("RGPT_TESTS_TORCHRUN") == "1" or _sees_a_gpu():
+        return _under_torchrun(module, nproc, args, timeout, full_env)
+    return _forked(module, nproc, args, timeout, full_env)
+
+
+def _under_torchrun(module, nproc, args, timeout, env) -> str:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           "-m", module, *args]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise AssertionError(f"torchrun {module} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
     return done.stdout
+
+
+def _sees_a_gpu() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
+def _forked(module, nproc, args, timeout, env) -> str:
+    """The launch with workers forked from the warm interpreter; output goes through files (a
+    pipe could fill up and block a rank)."""
+    ctx = _warm_context(env)
+    port = _free_port()
+    with tempfile.TemporaryDirectory(prefix="rgpt-launch-") as logs:
+        workers = []
+        for rank in range(nproc):
+            rank_env = {**env, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc),
+                        "LOCAL_WORLD_SIZE": str(nproc), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
+                        "ROLE_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                        "TORCHELASTIC_RUN_ID": "tests", "TORCHELASTIC_RESTART_COUNT": "0",
+                        "TORCHELASTIC_MAX_RESTARTS": "0"}
+            worker = ctx.Process(target=_run_worker, args=(module, list(args), rank_env, logs, rank),
+                                 name=f"{module}[{rank}]")
+            worker.start()
+            workers.append(worker)
+        failure = _wait(workers, timeout)
+        stdout, stderr = ("".join(Path(logs, f"{rank}.{kind}").read_text(errors="replace") for rank in range(nproc))
+                          for kind in ("out", "err"))
+    if failure:
+        raise AssertionError(f"torchrun {module} failed ({failure}):\n{stdout}\n{stderr}")
+    return stdout
+
+
+def _wait(workers, timeout) -> str | None:
+    """Waits for every worker; returns None if all exited 0, else what went wrong. After the first
+    failure (or the timeout) the others get GRACE_S to exit, then SIGKILL."""
+    limit, failed = time.monotonic() + timeout, False
+    running = list(workers)
+    while running:
+        ended = wait([w.sentinel for w in running], timeout=max(limit - time.monotonic(), 0))
+        running = [w for w in running if w.sentinel not in ended]
+        if not failed and any(w.exitcode for w in workers):
+            failed, limit = True, min(limit, time.monotonic() + GRACE_S)
+        if running and time.monotonic() >= limit:
+            for w in running:
+                w.kill()
+                w.join()
+            break
+    for w in workers:
+        w.join()
+    bad = [f"{w.name} exit code {w.exitcode}" for w in workers if w.exitcode]
+    if not failed and bad:  # killed at the deadline
+        return f"timed out after {timeout} s; {'; '.join(bad)}"
+    return "; ".join(bad) or None
+
+
+def _run_worker(module: str, args: list[str], env: dict, logs: str, rank: int) -> None:
+    """In the forked child: `python -m module args` with `env` as its whole environment."""
+    for fd, kind in ((1, "out"), (2, "err")):
+        os.dup2(os.open(Path(logs, f"{rank}.{kind}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(ROOT)
+    sys.argv = [module, *args]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+_CONTEXT = None
+
+
+def _warm_context(env):
+    """multiprocessing's forkserver context, its server started once with WARM preloaded. The server
+    is started with `env`: what the libraries read when they are imported (OMP_NUM_THREADS by the
+    OpenMP runtime) must be the workers' values."""
+    global _CONTEXT
+    if _CONTEXT is None:
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload([WARM])
+        saved = dict(os.environ)
+        try:
+            os.environ.update({k: v for k, v in env.items() if k in ("OMP_NUM_THREADS", "PYTHONPATH",
+                                                                      "TORCH_EXTENSIONS_DIR")})
+            from multiprocessing import forkserver
+            forkserver.ensure_running()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        _CONTEXT = ctx
+    return _CONTEXT
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
