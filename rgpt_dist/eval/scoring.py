@@ -133,10 +133,6 @@ def own_accuracy(model: str | Path | Callable, task_data: str | Path | Sequence[
     {"question", "choices", "gold" (index or choice text)}; limit: the first `limit` items (as lm-eval's
     integer --limit). Returns {"acc", "acc_norm", "acc_bytes", "n", "items": [per item: doc_id, lls,
     is_greedy, pred, pred_norm, pred_bytes, gold, acc, acc_norm, acc_bytes]}."""
-    import numpy as np
-    import torch
-    import torch.nn.functional as F
-
     if callable(model) and not isinstance(model, (str, Path)):
         logits_fn, encode = model, _encoder(tokenizer)
         if prefix_token_id is None:
@@ -152,38 +148,14 @@ def own_accuracy(model: str | Path | Callable, task_data: str | Path | Sequence[
     rows = load_task_items(task_data)
     if limit is not None:
         rows = rows[:int(limit)]
-    items = []
-    for doc_id, row in enumerate(rows):
-        choices = list(row["choices"])
-        gold = row["gold"]
-        if isinstance(gold, str):
-            gold = choices.index(gold) if gold in choices else -100
-        lls, greedy = [], []
-        for choice in choices:
-            ctx, cont = encode_pair(encode, row["question"], f"{target_delimiter}{choice}", prefix_token_id)
-            if not cont:
-                raise HarnessError(f"item {doc_id}: choice {choice!r} encodes to no tokens")
-            seq = ctx + cont
-            if max_length is not None:
-                seq = seq[-(max_length + 1):]
-            inp = torch.tensor([seq[:-1]], dtype=torch.long)
-            logits = logits_fn(inp)
-            if logits.dim() != 3 or logits.shape[:2] != inp.shape:
-                raise ValueError(f"logits_fn must return (1, T, V) logits for ids (1, T), got {tuple(logits.shape)}")
-            logp = F.log_softmax(logits.detach().cpu(), dim=-1)[0]
-            T = inp.shape[1]
-            scored = logp[T - len(cont):T]
-            target = torch.tensor(cont, dtype=torch.long)
-            lls.append(float(scored.gather(-1, target[:, None]).squeeze(-1).sum()))
-            greedy.append(bool((scored.argmax(-1) == target).all()))
-        ll = np.array(lls, dtype=np.float64)
-        pred = int(np.argmax(ll))
-        pred_norm = int(np.argmax(ll / np.array([float(len(c)) for c in choices])))
-        pred_bytes = int(np.argmax(ll / np.array([float(len(c.encode("utf-8"))) for c in choices])))
-        items.append({"doc_id": doc_id, "lls": lls, "is_greedy": greedy, "pred": pred,
-                      "pred_norm": pred_norm, "pred_bytes": pred_bytes, "gold": gold,
-                      "acc": 1.0 if pred == gold else 0.0, "acc_norm": 1.0 if pred_norm == gold else 0.0,
-                      "acc_bytes": 1.0 if pred_bytes == gold else 0.0})
+
+    def loglikelihood(doc_id: int, question: str, choice: str) -> tuple[float, bool]:
+        ctx, cont = encode_pair(encode, question, f"{target_delimiter}{choice}", prefix_token_id)
+        if not cont:
+            raise HarnessError(f"item {doc_id}: choice {choice!r} encodes to no tokens")
+        return _continuation_loglikelihood(logits_fn, ctx + cont, len(cont), max_length)
+
+    items = [_score_item(doc_id, row, loglikelihood) for doc_id, row in enumerate(rows)]
     if not items:
         raise HarnessError("no items to score")
     return {
@@ -191,3 +163,44 @@ def own_accuracy(model: str | Path | Callable, task_data: str | Path | Sequence[
         "n": len(items),
         "items": items,
     }
+
+
+def _continuation_loglikelihood(logits_fn: Callable, seq: list[int], n_cont: int,
+                                max_length: int | None) -> tuple[float, bool]:
+    """log p(last n_cont tokens of seq | the tokens before them), and whether each of them is the
+    argmax; the input is left-truncated to max_length tokens, as lm-eval does."""
+    import torch
+    import torch.nn.functional as F
+
+    if max_length is not None:
+        seq = seq[-(max_length + 1):]
+    inp = torch.tensor([seq[:-1]], dtype=torch.long)                    # (1, T)
+    logits = logits_fn(inp)
+    if logits.dim() != 3 or logits.shape[:2] != inp.shape:
+        raise ValueError(f"logits_fn must return (1, T, V) logits for ids (1, T), got {tuple(logits.shape)}")
+    logp = F.log_softmax(logits.detach().cpu(), dim=-1)[0]               # (T, V)
+    T = inp.shape[1]
+    scored = logp[T - n_cont:T]                                          # (n_cont, V)
+    target = torch.tensor(seq[-n_cont:], dtype=torch.long)
+    return (float(scored.gather(-1, target[:, None]).squeeze(-1).sum()),
+            bool((scored.argmax(-1) == target).all()))
+
+
+def _score_item(doc_id: int, row: Mapping, loglikelihood: Callable) -> dict[str, Any]:
+    """One multiple-choice item: the choices' log-likelihoods and the three predictions (raw, per
+    character, per UTF-8 byte) against the gold index (-100 where a gold text is not a choice)."""
+    import numpy as np
+
+    choices = list(row["choices"])
+    gold = row["gold"]
+    if isinstance(gold, str):
+        gold = choices.index(gold) if gold in choices else -100
+    lls, greedy = zip(*(loglikelihood(doc_id, row["question"], choice) for choice in choices))
+    ll = np.array(lls, dtype=np.float64)
+    pred = int(np.argmax(ll))
+    pred_norm = int(np.argmax(ll / np.array([float(len(c)) for c in choices])))
+    pred_bytes = int(np.argmax(ll / np.array([float(len(c.encode("utf-8"))) for c in choices])))
+    return {"doc_id": doc_id, "lls": list(lls), "is_greedy": list(greedy), "pred": pred,
+            "pred_norm": pred_norm, "pred_bytes": pred_bytes, "gold": gold,
+            "acc": 1.0 if pred == gold else 0.0, "acc_norm": 1.0 if pred_norm == gold else 0.0,
+            "acc_bytes": 1.0 if pred_bytes == gold else 0.0}
