@@ -384,6 +384,30 @@ def run_arm(run: Run, kind: str, compile_mode: str, ac: str, name: str, resume_o
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         return worker(sys.argv[2:])
+    args = parse_args()
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:  # nothing to run, but leave a record
+        out = Path(args.out or os.environ.get("OUT") or "gpu_out")
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "gpu_trainer.json").write_text(json.dumps({"meta": {"error": f"torch is not importable: {exc}"}}))
+        sys.exit(f"gpu_trainer: torch is not importable ({exc})")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_suite's helpers
+    run = Run(args)
+    prepare(run)
+    run_arms(run, set(args.arms.split(",")) if args.arms else None)
+    run.report["meta"]["finished"] = True
+    run.save_json()
+    text = summary(run.report)
+    (run.out / "gpu_trainer.md").write_text(text + "\n")
+    print(text, flush=True)
+    print(f"\nJSON: {run.out / 'gpu_trainer.json'}", flush=True)
+    if not args.keep and not args.workdir:
+        shutil.rmtree(run.work, ignore_errors=True)
+    return 0
+
+
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--budget-s", type=float, default=480.0, help="wall-clock budget of the whole run (default 480)")
     p.add_argument("--quick", action="store_true", help="CPU smoke run: debug flavours, gloo, aot_eager, 3 steps")
@@ -398,20 +422,15 @@ def main() -> int:
     p.add_argument("--hang-arm", default=None, help=f"debug: this arm's trainer sleeps; killed after {HANG_LIMIT_S:.0f} s")
     args = p.parse_args()
     args.compile_backend = args.compile_backend or SIZES["quick" if args.quick else "full"]["backend"]
-    try:
-        import torch  # noqa: F401
-    except ImportError as exc:  # nothing to run, but leave a record
-        out = Path(args.out or os.environ.get("OUT") or "gpu_out")
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "gpu_trainer.json").write_text(json.dumps({"meta": {"error": f"torch is not importable: {exc}"}}))
-        sys.exit(f"gpu_trainer: torch is not importable ({exc})")
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_suite's helpers
-    run = Run(args)
-    chosen = set(args.arms.split(",")) if args.arms else None
+    return args
+
+
+def prepare(run: Run) -> None:
+    """The environment record and the prepared dataset, each step recorded even when it fails."""
     rep = run.report
     for step, fn in (("environment", environment), ("data", prepare_data)):
         run.say(f"{step} ...")
-        if step == "data" and not args.quick and not rep["environment"].get("cuda_available"):
+        if step == "data" and not run.args.quick and not rep["environment"].get("cuda_available"):
             rep["meta"]["note"] = "CUDA is not available: nothing to measure (use --quick for the CPU smoke run)"
             rep[step] = {"status": "skipped", "reason": rep["meta"]["note"]}
             continue
@@ -423,6 +442,12 @@ def main() -> int:
         except Exception as e:
             rep[step] = {**rep[step], "status": "error", "error": first_line(e), "traceback": traceback.format_exc()[-2000:]}
         run.save_json()
+
+
+def run_arms(run: Run, chosen: set[str] | None) -> None:
+    """Every arm of ARMS (or the chosen ones), and the resume of CHECKPOINT_ARM's checkpoint; an arm's
+    failure is recorded and costs that arm only."""
+    rep = run.report
     for kind, compile_mode, ac in ARMS:
         name = arm_name(kind, compile_mode, ac)
         if chosen is not None and name not in chosen:
@@ -442,17 +467,8 @@ def main() -> int:
             else:
                 rep["checkpoint"].update(status="skipped", reason=f"{name} wrote no checkpoint")
             run.save_json()
-        if not args.keep:  # a medium checkpoint is ~5 GB: free the disk as we go
+        if not run.args.keep:  # a medium checkpoint is ~5 GB: free the disk as we go
             shutil.rmtree(run.work / "runs", ignore_errors=True)
-    rep["meta"]["finished"] = True
-    run.save_json()
-    text = summary(rep)
-    (run.out / "gpu_trainer.md").write_text(text + "\n")
-    print(text, flush=True)
-    print(f"\nJSON: {run.out / 'gpu_trainer.json'}", flush=True)
-    if not args.keep and not args.workdir:
-        shutil.rmtree(run.work, ignore_errors=True)
-    return 0
 
 
 def summary(rep: dict) -> str:

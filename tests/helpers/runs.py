@@ -1,4 +1,4 @@
-"""Short real training runs for tests: a tiny prepared dataset and the launcher under torchrun."""
+"""Short real training runs for tests: a tiny prepared dataset and the launcher on N ranks (tests.helpers.dist)."""
 from __future__ import annotations
 
 import json
@@ -31,7 +31,7 @@ QUICKSTART = "configs/experiments/quickstart.yaml"
 
 
 def launch(nproc, run_dir, dataset, *overrides, timeout=600, env=None, common=COMMON, config=QUICKSTART) -> str:
-    """As `train`, returning torchrun's stdout (rank 0's messages, e.g. where it resumed from)."""
+    """As `train`, returning the ranks' stdout (rank 0's messages, e.g. where it resumed from)."""
     return torchrun("launcher.train", nproc, config, *common, f"data.paths=[{dataset}]", f"log.run_dir={run_dir}",
                     *overrides, timeout=timeout, env=env)
 
