@@ -78,7 +78,7 @@ def _forked(module, nproc, args, timeout, env) -> str:
             worker.start()
             workers.append(worker)
         failure = _wait(workers, timeout)
-        stdout, stderr = ("".join(Path(logs, f"{rank}.{kind}").read_text(errors="replace") for rank in range(nproc))
+        stdout, stderr = ("".join(_read(Path(logs, f"{rank}.{kind}")) for rank in range(nproc))
                           for kind in ("out", "err"))
     if failure:
         raise AssertionError(f"torchrun {module} failed ({failure}):\n{stdout}\n{stderr}")
@@ -87,7 +87,7 @@ def _forked(module, nproc, args, timeout, env) -> str:
 
 def _wait(workers, timeout) -> str | None:
     """Waits for every worker; returns None if all exited 0, else what went wrong. After the first
-    failure (or the timeout) the others get GRACE_S to exit, then SIGKILL."""
+    failure the others get GRACE_S to exit; whatever still runs then, or at the timeout, is killed."""
     limit, failed = time.monotonic() + timeout, False
     running = list(workers)
     while running:
@@ -106,6 +106,11 @@ def _wait(workers, timeout) -> str | None:
     if not failed and bad:  # killed at the deadline
         return f"timed out after {timeout} s; {'; '.join(bad)}"
     return "; ".join(bad) or None
+
+
+def _read(path: Path) -> str:
+    """A rank's output file; a rank that died before opening it (a fork that failed) has none."""
+    return path.read_text(errors="replace") if path.exists() else f"[no output: {path.name}]\n"
 
 
 def _run_worker(module: str, args: list[str], env: dict, logs: str, rank: int) -> None:
