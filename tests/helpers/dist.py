@@ -26,8 +26,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from multiprocessing import forkserver
 from multiprocessing.connection import wait
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[2]
 WARM = "tests.helpers.warm"
@@ -98,7 +100,6 @@ def _wait(workers, timeout) -> str | None:
         if running and time.monotonic() >= limit:
             for w in running:
                 w.kill()
-                w.join()
             break
     for w in workers:
         w.join()
@@ -136,15 +137,9 @@ def _warm_context(env):
     if _CONTEXT is None:
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload([WARM])
-        saved = dict(os.environ)
-        try:
-            os.environ.update({k: v for k, v in env.items() if k in ("OMP_NUM_THREADS", "PYTHONPATH",
-                                                                      "TORCH_EXTENSIONS_DIR")})
-            from multiprocessing import forkserver
+        read_at_import = ("OMP_NUM_THREADS", "PYTHONPATH", "TORCH_EXTENSIONS_DIR")
+        with mock.patch.dict(os.environ, {k: env[k] for k in read_at_import}):
             forkserver.ensure_running()
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
         _CONTEXT = ctx
     return _CONTEXT
 
