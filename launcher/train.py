@@ -3,7 +3,8 @@
     torchrun --nproc_per_node 2 launcher/train.py configs/experiments/quickstart.yaml
     deepspeed --num_gpus 8 launcher/train.py configs/experiments/medium-isoflops.yaml train.seed=42
 
-The whole config is validated, and world-size and filesystem checks run, before any process group,
+The whole config is validated, and world-size and filesystem checks run (nothing the run will write
+in its run directory may be a link or a FIFO: rgpt_dist/train/run_dir.py), before any process group,
 model or data loader exists; a bad config exits with status 2 and one message per problem (printed
 by rank 0 only). On SIGUSR1 or SIGTERM every rank finishes its step, the step is saved, and the
 process exits with status 75 (under SLURM the job is requeued first; see docs/cluster.md).
@@ -27,7 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_config(args[0], args[1:])
         from rgpt_dist.train.preflight import preflight
+        from rgpt_dist.train.run_dir import unsafe_entries
         problems = preflight(cfg, int(os.environ.get("WORLD_SIZE", 1)))
+        problems += unsafe_entries(cfg.log.run_dir, cfg.checkpoint.dir)  # planted links, FIFOs
         if problems:
             raise ConfigError(problems)
     except ConfigError as e:
@@ -35,10 +38,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"train: {e}", file=sys.stderr)
         return 2
     if int(os.environ.get("RANK", 0)) == 0:
+        from rgpt_dist.durable import UnsafePath
         from rgpt_dist.train.run_lock import RunDirBusy, lock_run_dir
         try:
             lock_run_dir(cfg.log.run_dir)
-        except RunDirBusy as e:
+        except (RunDirBusy, UnsafePath) as e:
             print(f"train: {e}", file=sys.stderr)
             return 2
     from rgpt_dist.train.run import train

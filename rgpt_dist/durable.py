@@ -7,9 +7,46 @@ either the old file or the new one, never a torn or empty one.
 """
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import shutil
+import stat
 from pathlib import Path
+
+
+class UnsafePath(RuntimeError):
+    """A path we were about to write (or read) is a symbolic link or not a regular file: in a shared
+    directory that is how another user redirects our writes (a planted link) or blocks us (a FIFO)."""
+
+
+_KINDS = {stat.S_IFLNK: "a symbolic link", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
+          stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFDIR: "a directory",
+          stat.S_IFREG: "a regular file"}
+
+
+def kind(mode: int) -> str:
+    """'a symbolic link', 'a FIFO', ... for an lstat mode (what a refusal message calls the entry)."""
+    return _KINDS.get(stat.S_IFMT(mode), "of an unknown kind")
+
+
+def open_regular(path: str | Path, flags: int, mode: int = 0o644) -> int:
+    """os.open for a regular file only: a symbolic link at `path` is not followed and a FIFO, device
+    or socket is not opened for use (O_NONBLOCK keeps a FIFO from blocking the open itself); either
+    raises UnsafePath naming the path. Returns the descriptor, in blocking mode."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENXIO):  # a link (O_NOFOLLOW); a FIFO opened to write with no reader
+            what = kind(os.lstat(path).st_mode)
+            raise UnsafePath(f"{path} is {what}: refusing to open it (remove it and run again)") from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise UnsafePath(f"{path} is {kind(st.st_mode)}, not a regular file: refusing to open it")
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    return fd
 
 
 def fsync_dir(path: str | Path) -> None:
@@ -37,7 +74,12 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Replace `path` with `data` atomically and durably (temp sibling, fsync, rename, fsync dir)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")  # concurrent writers never share a temp file
-    with open(tmp, "wb") as fh:
+    try:  # a stale temp file of a killed writer, or a link planted at the predictable name: unlink it
+        os.unlink(tmp)  # (the link itself, never its target)
+    except FileNotFoundError:
+        pass
+    # O_EXCL: created here, never opened through a link or a file someone else made in between
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644), "wb") as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())

@@ -24,14 +24,19 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from rgpt_dist.durable import atomic_write_text, fsync_tree
+from rgpt_dist.durable import UnsafePath, atomic_write_text, fsync_tree
 from rgpt_dist.safe_load import UntrustedCheckpoint, load_pt, scan_pt
+from rgpt_dist.train.run_dir import tag_problem
 
 TAG_PREFIX = "step_"
 RECORD = "checksums.json"
 RUN_CONFIG = "run_config.json"
 """The config of the run that wrote a checkpoint, plain JSON: checked against a resuming run before
 any state is loaded (a different precision or sharding would otherwise fail inside DeepSpeed)."""
+
+
+class SaveRefused(UnsafePath):
+    """Raised on every rank together when a save meets an entry it must not write through."""
 
 
 def _sha256(path: Path) -> str:
@@ -64,7 +69,7 @@ def _checksums(tag_dir: Path) -> dict[str, str]:
 def _read_record(record: Path) -> dict[str, str] | None:
     try:
         expected = json.loads(record.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nesting deeper than json's parser goes
         return None
     ok = isinstance(expected, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in expected.items())
     return expected if ok else None
@@ -116,19 +121,25 @@ class CheckpointManager:
         self.dir, self.keep_last, self.rank, self.trust = Path(directory), keep_last, rank, trust
 
     def tags(self) -> list[Path]:
-        """Checkpoint directories, newest first."""
+        """Checkpoint directories, newest first (real directories only: a link named step_N is not
+        one of ours, and is neither loaded nor pruned)."""
         if not self.dir.is_dir():
             return []
-        return sorted((p for p in self.dir.iterdir() if p.is_dir() and p.name.startswith(TAG_PREFIX)),
-                      key=lambda p: p.name, reverse=True)
+        return sorted((p for p in self.dir.iterdir() if p.name.startswith(TAG_PREFIX) and p.is_dir()
+                       and not p.is_symlink()), key=lambda p: p.name, reverse=True)
 
     def save(self, engine, step: int, client_state: dict[str, Any]) -> Path:
         """Collective: every rank calls it."""
         tag = f"{TAG_PREFIX}{step:08d}"
         tag_dir = self.dir / tag
-        if self.rank == 0 and tag_dir.exists():  # a torn attempt at the same step
-            shutil.rmtree(tag_dir)
-        dist.barrier()
+        problem = [None]
+        if self.rank == 0:  # a link or file planted at step_N: refused on every rank, nothing written
+            problem[0] = tag_problem(tag_dir)
+            if problem[0] is None and tag_dir.exists():  # a torn attempt at the same step (rmtree
+                shutil.rmtree(tag_dir)  # never follows links inside it)
+        dist.broadcast_object_list(problem, src=0)
+        if problem[0] is not None:
+            raise SaveRefused(f"cannot save step {step}: {problem[0]}")
         engine.save_checkpoint(str(self.dir), tag=tag, client_state=client_state, save_latest=False)
         torch.save({"torch": torch.get_rng_state()}, tag_dir / f"rng_rank{self.rank:05d}.pt")
         dist.barrier()  # every rank has written its files
@@ -173,7 +184,7 @@ class CheckpointManager:
             return None
         try:
             saved = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, ValueError) as e:
+        except (OSError, ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
             raise ValueError(f"{path}: not a readable run config ({type(e).__name__}: {e})") from None
         if not isinstance(saved, dict) or not all(isinstance(v, dict) for v in saved.values()):
             raise ValueError(f"{path}: not a run config (a JSON object of config sections)")

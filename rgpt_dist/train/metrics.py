@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from rgpt_dist.config.experiment import Config
-from rgpt_dist.durable import atomic_write_text, fsync_dir
+from rgpt_dist.durable import atomic_write_text, fsync_dir, open_regular
 
 # Dense bf16 tensor-core peaks (FLOP/s) by device-name substring, for MFU on GPUs.
 GPU_PEAK_BF16 = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12, "L40S": 362e12, "A10G": 125e12}
@@ -62,8 +62,8 @@ def _wandb_run_id(run_dir: Path) -> str:
     """One wandb run per run directory: a resumed or requeued job continues the same wandb run. An
     unreadable id file (emptied, binary) starts a new wandb run with a warning rather than failing."""
     path = run_dir / "wandb_run_id"
-    if path.is_file():
-        with open(path, "rb") as f:
+    if os.path.lexists(path):  # a link or a FIFO here raises UnsafePath, never followed
+        with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as f:
             text = f.read(256).decode("utf-8", errors="replace").strip()
         if _RUN_ID.fullmatch(text):
             return text
@@ -96,11 +96,13 @@ def read_metrics(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
 
     Never raises on content: an unterminated last line that does not parse is a write cut short by
     a kill (torn) and any other unparseable line is corrupt; both are dropped with a warning naming
-    path:line. A missing file has no records."""
+    path:line. A missing file has no records; a link or a FIFO at `path` raises UnsafePath (it is
+    not followed: its records would be another file's, and a FIFO would block)."""
     path = Path(path)
-    if not path.is_file():
+    if not os.path.lexists(path):
         return []
-    data = path.read_bytes()
+    with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as f:
+        data = f.read()
     lines = data.split(b"\n")
     out, dropped = [], []
     for lineno, raw in enumerate(lines, 1):
@@ -142,7 +144,7 @@ class MetricsSink:
         if not is_main:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.path.is_file() and not self._ends_with_newline():
+        if os.path.lexists(self.path) and not self._ends_with_newline():
             self._rewrite(lambda record: True)
         mode = _wandb_mode(cfg.log.wandb)
         if mode != "disabled":
@@ -153,7 +155,7 @@ class MetricsSink:
                                     id=_wandb_run_id(Path(cfg.log.run_dir)))
 
     def _ends_with_newline(self) -> bool:
-        with open(self.path, "rb") as f:
+        with os.fdopen(open_regular(self.path, os.O_RDONLY), "rb") as f:
             if f.seek(0, os.SEEK_END) == 0:
                 return True
             f.seek(-1, os.SEEK_END)
@@ -166,7 +168,7 @@ class MetricsSink:
 
     def resume_at(self, step: int) -> None:
         """Keep the records of steps <= step (a checkpoint taken after `step` completed steps)."""
-        if not self.is_main or not self.path.exists():
+        if not self.is_main or not os.path.lexists(self.path):
             return
         self._rewrite(lambda record: record["step"] <= step)
 
@@ -174,10 +176,11 @@ class MetricsSink:
         if not self.is_main:
             return
         clean = {k: _finite(v) for k, v in record.items()}
-        created = not self.path.exists()
+        created = not os.path.lexists(self.path)
         # One write of one whole line, then fsync: a kill can tear only this line, and a record on
         # disk stays there (resume cuts the file back to the checkpoint's step, never below it).
-        with open(self.path, "a") as f:
+        # No-follow: a link planted at metrics.jsonl mid-run is refused, not appended through.
+        with os.fdopen(open_regular(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a") as f:
             f.write(json.dumps(clean) + "\n")
             f.flush()
             os.fsync(f.fileno())

@@ -17,7 +17,7 @@ from rgpt_dist.parallel.dims import ParallelDims
 from rgpt_dist.parallel.zero import gather_per_unit, init_distributed, init_engine, register_tied_parameters
 from rgpt_dist.registry import build_model
 from rgpt_dist.safe_load import UntrustedCheckpoint
-from rgpt_dist.train.checkpoint import CheckpointManager
+from rgpt_dist.train.checkpoint import CheckpointManager, SaveRefused
 from rgpt_dist.train.metrics import MetricsSink
 from rgpt_dist.train.optim import make_optimizer, make_scheduler
 from rgpt_dist.train.preemption import EXIT_PREEMPTED, StopRequested, ignore_signals, requeue_slurm_job
@@ -58,7 +58,7 @@ def shard_model(full: torch.nn.Module, cfg: Config, dims: ParallelDims) -> torch
 def train(cfg: Config) -> int:
     """Run (or resume) training; returns the process exit status: 0 when train.max_steps is reached,
     EXIT_PREEMPTED when stopped on a signal after saving (requeued under SLURM), EXIT_REFUSED when
-    the checkpoint to resume from would run code on loading."""
+    the checkpoint to resume from would run code on loading or a save met a planted link or file."""
     stop = StopRequested()  # before anything slow: a signal during start-up stops after step one
     # checkpoints and exports record where the data is; a relative path found in one is resolved
     # against that checkpoint or export (never a reader's current directory), so record absolute ones
@@ -87,13 +87,13 @@ def train(cfg: Config) -> int:
     try:
         try:
             trainer.resume()
-        except UntrustedCheckpoint as e:  # every rank raises it together (CheckpointManager.newest_valid)
+            if dims.is_main:  # after resume: a run refused for another's checkpoint leaves its config
+                atomic_write_text(run_dir / "config.yaml", cfg.to_yaml())
+            finished = trainer.fit()
+        except (UntrustedCheckpoint, SaveRefused) as e:  # every rank raises them together (newest_valid, save)
             if dims.is_main:
                 print(f"train: {e}", file=sys.stderr, flush=True)
             refused = True
-        if dims.is_main and not refused:  # after resume: a run refused for another's checkpoint leaves its config
-            atomic_write_text(run_dir / "config.yaml", cfg.to_yaml())
-        finished = not refused and trainer.fit()
     finally:
         sink.close()
         stop.close()

@@ -17,6 +17,8 @@ import time
 import warnings
 from pathlib import Path
 
+from rgpt_dist.durable import open_regular
+
 _held: list[int] = []  # file descriptors kept open (and locked) until the process exits
 
 
@@ -29,7 +31,8 @@ def lock_run_dir(run_dir: str | Path, wait_s: float = 10.0) -> None:
     for a holder that is exiting (a run killed just before this one was started)."""
     path = Path(run_dir) / ".lock"
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_regular(path, os.O_RDWR | os.O_CREAT)  # a link or FIFO planted at .lock: UnsafePath
+
     deadline = time.monotonic() + wait_s
     while True:
         try:
