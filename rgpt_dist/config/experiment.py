@@ -13,6 +13,7 @@ from rgpt_dist.config.flavours import FLAVOURS, flavour
 from rgpt_dist.config.model import MAX_BLOCKS, ModelConfig
 from rgpt_dist.config.run import CheckpointConfig, DataConfig, EvalConfig, LogConfig, ParallelConfig
 from rgpt_dist.config.train import TrainConfig
+from rgpt_dist.models.spec import spec_for
 
 
 @dataclasses.dataclass
@@ -51,8 +52,6 @@ class Config(Section):
     def _block_count_problems(self) -> list[str]:
         """At most MAX_BLOCKS unique transformer blocks, whatever fields the family counts them in
         (gpt2: n_layer; looped families: n_pre + n_rec + n_coda)."""
-        from rgpt_dist.models.spec import spec_for
-
         try:
             spec = spec_for(self.model)
             blocks = spec.unique_blocks(self.model)

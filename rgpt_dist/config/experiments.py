@@ -12,14 +12,14 @@ from typing import Any
 
 import yaml
 
+from rgpt_dist.models.spec import families
+
 BUDGETS = {"20k": 20000, "40k": 40000}
 MICRO_BATCH = 6
 
 
 def trained_flavours() -> list[str]:
     """Every flavour a family trains in Table 1, family by family (in discovery order)."""
-    from rgpt_dist.models.spec import families
-
     return [name for spec in families().values() for name in spec.paper_table1]
 
 

@@ -12,6 +12,10 @@ from typing import Any
 
 import yaml
 
+from rgpt_dist.config.base import ConfigError, from_dict
+from rgpt_dist.config.model import ModelConfig
+from rgpt_dist.models.spec import families
+
 SCALES = {"small": (768, 12), "medium": (1024, 16), "large": (1280, 20)}
 """Paper scale -> (d_model, n_head)."""
 DEBUG_WIDTH = {"d_model": 64, "n_head": 4}
@@ -45,8 +49,6 @@ class _FromSpecs(Mapping):
 
     def _get(self) -> dict:
         if self._data is None:
-            from rgpt_dist.models.spec import families
-
             self._data = {k: v for spec in families().values() for k, v in getattr(spec, self._attribute).items()}
         return self._data
 
@@ -68,8 +70,6 @@ DENSE_REFERENCE: Mapping[str, str] = _FromSpecs("dense_reference")
 
 def flavour(name: str) -> dict[str, Any]:
     """The model-section dict of a named flavour (a copy); unknown names list the known ones."""
-    from rgpt_dist.config.base import ConfigError
-
     if name not in FLAVOURS:
         raise ConfigError(f"model={name!r} is not a known flavour (known: {', '.join(FLAVOURS)})")
     return dict(FLAVOURS[name])
@@ -77,9 +77,6 @@ def flavour(name: str) -> dict[str, Any]:
 
 def write_yaml(directory: str | Path) -> list[Path]:
     """Write one YAML per flavour (the full model section, defaults included)."""
-    from rgpt_dist.config.base import from_dict
-    from rgpt_dist.config.model import ModelConfig
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     written = []

@@ -6,6 +6,7 @@ import dataclasses
 from typing import ClassVar
 
 from rgpt_dist.config.base import Section, out_of_bounds
+from rgpt_dist.models.spec import families
 
 # Upper bounds on sizes: generous, but finite, so that a typo (d_model=2^20: a 50k x 1M embedding
 # alone is 200 GB) fails at validation, naming the value, instead of as an allocation failure later.
@@ -49,8 +50,6 @@ class ModelConfig(Section):
     @classmethod
     def variants(cls) -> dict[str, type[Section]]:
         """Every registered family's config class (rgpt_dist.models.spec discovers the families)."""
-        from rgpt_dist.models.spec import families
-
         return {name: spec.config for name, spec in families().items()}
 
     @property

@@ -7,6 +7,10 @@ a `FamilySpec` subclass, and imports no torch (configs are loaded and validated 
 exists); its model class lives in a sibling module and is imported only when built. Packages are
 discovered, so adding a family is adding its folder (see docs/families.md).
 
+This module is also the family registry (`families`, `spec_for`): the base that both the config
+package and the families import, at module level. It imports neither, so there is no cycle; only
+discovery (the first `families()` call) imports the family packages.
+
 Counting conventions (rgpt_dist.flops builds on them): a "block" is one GPT-2 pre-norm block
 (24 d^2 + 4 S d forward FLOPs per token at sequence length S, Eq. 1); a family adds its own
 per-depth terms (RecurrentGPT's W_proj and gate, an adapter, LoRA) through `step_flops`, and its
