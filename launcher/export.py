@@ -6,8 +6,10 @@
 
 Writes OUT/native (model.safetensors + config.json), OUT/hf (Hugging Face directory with tokenizer;
 RecurrentGPT loads with trust_remote_code=True) and OUT/export.json. Exit status 2 when the checkpoint
-cannot be exported (incomplete, corrupted, not ours, or a file that would run code on loading) or
-OUT exists without --overwrite. Checkpoint files are read without running code unless
+cannot be exported (incomplete, corrupted, not ours, or a file that would run code on loading), when
+OUT exists without --overwrite, and when OUT cannot be used: a file or a symbolic link, the run being
+exported (or inside it, or above it), or, with --overwrite, a non-empty directory that is not a
+previous export (docs/security.md). Checkpoint files are read without running code unless
 --trust-checkpoint is given (UNSAFE: only for checkpoints you trust; docs/security.md).
 """
 from __future__ import annotations
@@ -24,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("checkpoint", help="a run directory, its checkpoints/ directory, or one step_* directory")
     p.add_argument("out", help="export directory to create")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="weights dtype (default fp32)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing export directory")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a previous export at OUT (only an rgpt-export directory or an empty one)")
     p.add_argument("--r-eval", type=int, help="RecurrentGPT: recurrence depth R* the HF model runs (default R)")
     p.add_argument("--kv-strategy", choices=["full", "first", "last", "average"],
                    help="RecurrentGPT: KV-cache strategy of the HF model (default full)")
@@ -33,12 +36,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     inference = {k: v for k, v in (("r_eval", args.r_eval), ("kv_strategy", args.kv_strategy)) if v is not None}
     try:
-        out = export(args.checkpoint, args.out, overwrite=args.overwrite, dtype=args.dtype, inference=inference,
-                     trust=args.trust_checkpoint)
+        export(args.checkpoint, args.out, overwrite=args.overwrite, dtype=args.dtype, inference=inference,
+               trust=args.trust_checkpoint)
     except (ExportError, ValueError) as e:
         print(f"rgpt-export: {e}", file=sys.stderr)
         return 2
-    print(f"exported to {out}")
+    print(f"exported to {args.out}")
     return 0
 
 

@@ -53,6 +53,42 @@ def test_consolidated_weights_are_what_the_engine_held(runs, name):
     assert moved > len(module) // 2, "training did not move the weights: the test would be vacuous"
 
 
+def replay(run_dir):
+    """The run's training steps again in a plain torch loop, without DeepSpeed: the seeded init, AdamW
+    with the run's groups and hyperparameters at lr_at(step), the same micro-batches (the run's
+    loader on one rank) at the same depths and noise keys, the mean loss over the micro-batches,
+    the global norm clipped at train.grad_clip. Returns (weights, per-step mean losses)."""
+    from rgpt_dist.depth import step_depths
+    from rgpt_dist.noise import NoiseKey
+    from rgpt_dist.parallel.dims import ParallelDims
+    from rgpt_dist.train.optim import lr_at, param_groups
+    from rgpt_dist.train.run import _loaders
+
+    cfg = load_config(run_dir / "config.yaml")
+    t = cfg.train
+    assert cfg.parallel.tp_size == 1 and cfg.parallel.dtype == "fp32" and cfg.parallel.compile_mode() == "none"
+    model = build_model(cfg.model, seed=t.seed).train()
+    opt = torch.optim.AdamW(param_groups(model, t.weight_decay), lr=t.lr, betas=(t.beta1, t.beta2), eps=1e-8)
+    sampler, accum = spec_for(cfg.model).depth_sampler(cfg.model), t.grad_accum_steps(1)
+    batches = iter(_loaders(cfg, ParallelDims(world=1, tp=1, rank=0, local_rank=0))[0])
+    losses = []
+    for step in range(t.max_steps):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, t)
+        total = 0.0
+        for micro, r in enumerate(step_depths(sampler, t.seed, step, accum)):
+            x, y = next(batches)
+            out = model(x, y, r=r, noise_key=NoiseKey(t.seed, step, micro, 0))
+            ((out.loss + out.aux.get("aux_loss", 0.0)) / accum).backward()
+            total += out.loss.item() / accum
+        if t.grad_clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(total)
+    return {k: v.detach() for k, v in model.state_dict().items()}, losses
+
+
 def test_bf16_export_takes_the_fp32_masters(runs):
     """After bf16 training steps the consolidated weights are DeepSpeed's fp32 masters: finer than
     bf16, and rounding them gives the bf16 module weights saved beside them."""
@@ -84,7 +120,7 @@ def test_cli_writes_native_and_hf_and_refuses_to_overwrite(runs, tmp_path):
     again = export_cli(runs["zero3"], out)
     assert again.returncode == 2 and "--overwrite" in again.stderr
     assert export_cli(runs["zero3"], out, "--overwrite").returncode == 0
-    assert not list(tmp_path.glob(".exp.partial-*"))
+    assert not list(tmp_path.glob(".exp.rgpt-export-*"))  # the staging directory (rgpt_dist.safe_paths)
 
 
 def test_dense_export_is_a_native_gpt2(runs, tmp_path):
