@@ -6,9 +6,11 @@
     rgpt-prep --fetch-vocab                                                # get the GPT-2 vocabulary offline
 
 Inputs are files, directories (walked; recognised extensions only; links to directories inside them
-not followed) and globs of plain text (one document per file), JSONL (one document per line, field
---text-field) and Parquet (column --text-field: string, large_string, string_view or
-dictionary-encoded strings; read in record batches); text and JSONL may be .gz or .zst compressed.
+not followed) and globs (`**` does not descend into links to directories either: a link to its own
+parent would make it endless) of plain text (one document per file), JSONL (one document per line,
+field --text-field) and Parquet (column --text-field: string, large_string, string_view or
+dictionary-encoded strings; read a row group at a time, in record batches); text and JSONL may be
+.gz or .zst compressed.
 The word `python-stdlib` names the local CPython standard library sources.
 
 Contract. A problem in the input never stops the run: it is reported on stderr as `file:line: reason`
@@ -20,15 +22,17 @@ files and directories, empty and binary files; JSONL lines that are malformed, n
 otherwise unparseable, not objects, without the field or with a non-string or empty one, or holding
 a lone surrogate escape (`"\\ud800"`); documents or lines over --max-doc-mb (a long line is skipped
 while it streams past, never held in memory); Parquet files without the column or with a non-string
-one, null values; compressed files that turn out corrupt (the documents before the damage are kept).
-Invalid UTF-8 is repaired (U+FFFD) and counted as a warning.
+one, null values, row groups whose text column decompresses to more than --max-row-group-mb (by the
+file's metadata: skipped unread); compressed files that turn out corrupt (the documents before the
+damage are kept). Invalid UTF-8 is repaired (U+FFFD) and counted as a warning.
 
 Exit codes: 0 the dataset was written; 1 nothing to write: no valid document was read, or the valid
 ones make less than one sample of seq_len + 1 tokens (the reason is printed, nothing is left behind);
 2 usage errors: bad options, no input, a missing vocabulary, an --out that is '.', '..', '/', a file,
 a link or under a file, an existing non-empty OUT without --overwrite or (with it) one that is not an
 rgpt-prep dataset, and an existing OUT.partial (or .OUT.old) that rgpt-prep did not make: rgpt-prep
-never deletes a directory it cannot prove it created, and names it instead.
+never deletes a directory it cannot prove it created, and names it instead; and another rgpt-prep run
+writing the same OUT (it holds the lock file .OUT.lock beside OUT, which the message names).
 """
 from __future__ import annotations
 
@@ -49,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--text-field", default="text", help="JSONL field / Parquet column holding the text (default text)")
     p.add_argument("--workers", type=int, default=1, help="tokenizer processes (default 1); output is identical for any value")
     p.add_argument("--max-doc-mb", type=float, default=16.0, help="skip (and report) documents larger than this (default 16)")
+    p.add_argument("--max-row-group-mb", type=float, default=1024.0,
+                   help="skip (and report), unread, Parquet row groups whose text column decompresses to more than "
+                        "this (default 1024; bounds memory: a few kB of zstd can expand to gigabytes)")
     p.add_argument("--part-mb", type=float, default=256.0, help="input MB per resumable part (default 256)")
     p.add_argument("--shard-mb", type=float, default=64.0, help="MDS shard size limit in MB (default 64)")
     p.add_argument("--compression", default=None, help="MDS shard compression, e.g. zstd (default none)")
@@ -78,12 +85,14 @@ def main(argv: list[str] | None = None) -> int:
             (not 0 <= args.val_fraction < 1, f"--val-fraction={args.val_fraction} must be in [0, 1)"),
             (args.workers < 1, f"--workers={args.workers} must be >= 1"),
             (args.max_doc_mb <= 0, f"--max-doc-mb={args.max_doc_mb} must be > 0"),
+            (args.max_row_group_mb <= 0, f"--max-row-group-mb={args.max_row_group_mb} must be > 0"),
             (args.part_mb <= 0, f"--part-mb={args.part_mb} must be > 0"),
             (args.shard_mb <= 0, f"--shard-mb={args.shard_mb} must be > 0")) if bad]
         if problems:
             p.error("; ".join(problems))
         opts = PrepOptions(inputs=args.inputs, out=args.out, seq_len=args.seq_len, val_fraction=args.val_fraction,
-                           text_field=args.text_field, max_doc_mb=args.max_doc_mb, part_mb=args.part_mb,
+                           text_field=args.text_field, max_doc_mb=args.max_doc_mb,
+                           max_row_group_mb=args.max_row_group_mb, part_mb=args.part_mb,
                            shard_mb=args.shard_mb, compression=args.compression, vocab=args.vocab,
                            workers=args.workers, overwrite=args.overwrite, resume=args.resume, progress=args.progress)
         return run(opts)

@@ -12,18 +12,29 @@ rgpt-prep deletes a directory only when it can prove it made it:
 - swap_dir moves the old OUT aside to `.OUT.old` on filesystems without renameat2(RENAME_EXCHANGE)
   and deletes it there; an existing `.OUT.old` is refused up front, so that is never someone else's.
 Problems with --out are usage errors (OutputError, exit 2) whose message names the path.
+
+One run at a time per OUT: two runs building the same OUT.partial would interleave their parts and
+could publish a mixed dataset. Each run holds an exclusive POSIX lock (fcntl.lockf, as the trainer's
+run lock: released when the process dies, not inherited by forked tokenizer workers) on `.OUT.lock`
+beside OUT, taken before OUT.partial is inspected and kept until the run ends; a second run is refused
+at once (exit 2) naming the lock file and its holder. The lock file is removed when the run ends
+(a killed run leaves it, unlocked and harmless); a run that locks it checks that it is still the
+file at that path, so a run that opened it just before it was removed cannot share the lock.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import socket
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 from data_prep.sources import open_regular
-from rgpt_dist.durable import atomic_write_text, fsync_dir, fsync_tree, swap_dir
+from rgpt_dist.durable import UnsafePath, atomic_write_text, fsync_dir, fsync_tree, swap_dir
+from rgpt_dist.durable import open_regular as open_for_write
 
 FORMAT = "rgpt-dist/tokens-mds-v1"
 PLAN = "plan.json"
@@ -41,6 +52,59 @@ def staging_dir(out: Path) -> Path:
 
 def aside_dir(out: Path) -> Path:
     return out.with_name(f".{out.name}.old")  # the name swap_dir's fallback uses
+
+
+def lock_file(out: Path) -> Path:
+    return out.with_name(f".{out.name}.lock")
+
+
+def lock_out(out: Path) -> int:
+    """Take the lock on OUT (see the module docstring) and return its descriptor, for release_out;
+    OutputError naming the lock file and its holder when another run holds it."""
+    path = lock_file(out)
+    for _ in range(10):  # the file we locked was removed by a run that just ended: lock the new one
+        fd = _open_lock(out, path)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except (BlockingIOError, PermissionError):  # EAGAIN / EACCES: another process holds it
+            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise OutputError(f"another rgpt-prep run is writing {out}: {path} is locked by {holder}; wait "
+                              f"for it to finish (or stop it) and run again") from None
+        except OSError as e:  # a filesystem without locks: say so, and go on as before locks existed
+            print(f"rgpt-prep: warning: cannot lock {path} ({e.strerror or e}): nothing stops a second run "
+                  f"writing {out} at the same time", file=sys.stderr)
+        mine = os.fstat(fd)
+        try:
+            now = os.lstat(path)
+        except FileNotFoundError:
+            now = None
+        if now is not None and (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"rgpt-prep pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+            return fd
+        os.close(fd)
+    raise OutputError(f"--out {out}: {path} keeps being replaced; cannot take the lock")
+
+
+def _open_lock(out: Path, path: Path) -> int:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)  # check_out: its existing ancestors are directories
+        return open_for_write(path, os.O_RDWR | os.O_CREAT)
+    except UnsafePath as e:
+        raise OutputError(f"--out {out}: lock file {e}") from None
+    except OSError as e:
+        raise OutputError(f"--out {out}: cannot create the lock file {path}: {e.strerror or e}") from None
+
+
+def release_out(out: Path, fd: int) -> None:
+    """Remove the lock file (still holding the lock: a run waiting on this file finds it gone and
+    locks a new one) and release the lock."""
+    try:
+        os.unlink(lock_file(out))
+    except FileNotFoundError:
+        pass
+    os.close(fd)
 
 
 def write_json(path: Path, obj: Any) -> None:

@@ -25,8 +25,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from data_prep.output import (FORMAT, OutputError, check_out, prepare_staging, publish, seal_part, staging_dir,
-                              write_json)
+from data_prep.output import (FORMAT, OutputError, check_out, lock_out, prepare_staging, publish,
+                              release_out, seal_part, staging_dir, write_json)
 from data_prep.readers import read_documents
 from data_prep.report import Report
 from data_prep.sources import InputFile, discover
@@ -47,6 +47,7 @@ class PrepOptions:
     val_fraction: float = 0.005
     text_field: str = "text"
     max_doc_mb: float = 16.0
+    max_row_group_mb: float = 1024.0
     part_mb: float = 256.0
     shard_mb: float = 64.0
     compression: str | None = None
@@ -58,8 +59,8 @@ class PrepOptions:
 
     def shaping(self) -> dict[str, Any]:
         """The options the dataset's bytes depend on (the resume fingerprint and the manifest)."""
-        return {k: getattr(self, k) for k in ("seq_len", "val_fraction", "text_field", "max_doc_mb", "part_mb",
-                                              "shard_mb", "compression")}
+        return {k: getattr(self, k) for k in ("seq_len", "val_fraction", "text_field", "max_doc_mb",
+                                              "max_row_group_mb", "part_mb", "shard_mb", "compression")}
 
 
 def is_val(text: str, fraction: float) -> bool:
@@ -120,7 +121,8 @@ def _batches(files: list[InputFile], opts: PrepOptions, report: Report) -> Itera
     so corpora of many small files still make few large tasks."""
     owners, texts, size = [], [], 0
     for i, f in enumerate(files):
-        for text, _line in read_documents(f, opts.text_field, int(opts.max_doc_mb * 2**20), report):
+        for text, _line in read_documents(f, opts.text_field, int(opts.max_doc_mb * 2**20), report,
+                                          int(opts.max_row_group_mb * 2**20)):
             owners.append(i)
             texts.append(text)
             size += len(text)
@@ -237,6 +239,19 @@ def run(opts: PrepOptions) -> int:
     out = Path(opts.out)
     try:
         check_out(out, opts.overwrite)
+        lock = lock_out(out)  # one run per OUT, until this one ends
+    except OutputError as e:
+        print(f"rgpt-prep: {e}", file=sys.stderr)
+        return 2
+    try:
+        return _run_locked(opts, out)
+    finally:
+        release_out(out, lock)
+
+
+def _run_locked(opts: PrepOptions, out: Path) -> int:
+    try:
+        check_out(out, opts.overwrite)  # again: a run that held the lock may have just published OUT
     except OutputError as e:
         print(f"rgpt-prep: {e}", file=sys.stderr)
         return 2

@@ -2,8 +2,10 @@
 
 Only regular files are ever read. A FIFO, socket or device (directly, through a symbolic link, in a
 walked directory or named on the command line) is reported and skipped without being opened: opening
-a FIFO with no writer blocks forever, and a device such as /dev/zero never ends. Every problem goes to
-the Report with its path; nothing raises past one input.
+a FIFO with no writer blocks forever, and a device such as /dev/zero never ends. Links to directories
+are never followed while walking a directory or expanding `**` (they can form cycles); a directory
+or link named on the command line, or matched by a wildcard that is not `**`, is followed. Every
+problem goes to the Report with its path; nothing raises past one input.
 """
 from __future__ import annotations
 
@@ -100,12 +102,33 @@ def _walk(root: Path, report: Report) -> list[tuple[Path, bool]]:
     return found
 
 
+def glob_files(spec: str) -> list[str]:
+    """The paths a glob matches. `**` (any depth) is expanded by pathlib, which does not descend into
+    symbolic links to directories: glob.glob(recursive=True) does, with no cycle detection, so a link to
+    its own parent makes it branch at every level (two such links: 2^40 paths before ELOOP ends it).
+    As with glob, wildcards do not match hidden names (starting with '.'), and `dir/**` means every
+    file under dir."""
+    if "**" not in spec:
+        return glob.glob(spec)
+    parts = Path(spec).parts
+    first = next(i for i, part in enumerate(parts) if glob.has_magic(part))
+    base, rest = Path(*parts[:first]) if first else Path(), list(parts[first:])
+    if rest[-1] == "**":
+        rest.append("*")  # pathlib's trailing ** yields directories only
+    hidden_ok = any(part.startswith(".") for part in rest)
+    found = []
+    for path in base.glob("/".join(rest)):
+        if hidden_ok or not any(part.startswith(".") for part in path.parts[len(base.parts):]):
+            found.append(str(path))
+    return found
+
+
 def _expand(spec: str, report: Report) -> list[tuple[Path, bool]]:
     """(path, explicitly named) pairs for one command-line input."""
     if spec == STDLIB:
         return [(p, False) for p in stdlib_files()]
     if any(c in spec for c in "*?["):
-        matches = sorted(glob.glob(spec, recursive=True))
+        matches = sorted(glob_files(spec))
         if not matches:
             report.skip("no file matches the pattern", spec)
         return [(Path(m), False) for m in matches if not Path(m).is_dir()]

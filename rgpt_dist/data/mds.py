@@ -68,12 +68,15 @@ def mds_writer(out: str | Path, n_tokens: int, shard_mb: float, compression: str
                                size_limit=int(shard_mb * 2**20), compression=compression)
 
 
-def read_token_samples(split_dir: str | Path, limit: int, scratch: str | Path) -> list[np.ndarray]:
+def read_token_samples(split_dir: str | Path, limit: int, scratch: str | Path,
+                       vocab_size: int | None = None) -> list[np.ndarray]:
     """The first `limit` samples of a split in file order, each (seq_len + 1,) uint16, without a
     process group or shared memory (evaluation). The index is checked first
     (rgpt_dist.data.index); compressed shards are decompressed into `scratch` (a private directory),
-    never into the dataset, and must decompress to their recorded size."""
+    never into the dataset, and must decompress to their recorded size. Each shard read is checked
+    whole first (rgpt_dist.data.verify: its offsets table, and with vocab_size every token id)."""
     from rgpt_dist.data.index import DatasetError, check_split
+    from rgpt_dist.data.verify import check_shard_data, map_file
 
     import_streaming()
     from streaming.base.compression import decompress
@@ -91,8 +94,9 @@ def read_token_samples(split_dir: str | Path, limit: int, scratch: str | Path) -
             local = Path(scratch) / f"shard{i}.mds"
             local.write_bytes(raw)
             reader = MDSReader.from_json(str(scratch), "", {**info, "raw_data": {**info["raw_data"], "basename": local.name}})
-        _check_sample_count(reader, info["samples"], where)
         n_tokens = info["column_sizes"][0] // 2
+        shard = Path(reader.dirname, reader.split, reader.raw_data.basename)
+        check_shard_data(map_file(shard), info["samples"], n_tokens, vocab_size, f"{where} ({shard})")
         for j in range(min(info["samples"], limit - len(out))):
             try:
                 tokens = np.asarray(reader.get_item(j)["tokens"])
@@ -102,16 +106,6 @@ def read_token_samples(split_dir: str | Path, limit: int, scratch: str | Path) -
                 raise DatasetError(f"{where}: sample {j} holds {tokens.size} tokens, not {n_tokens}")
             out.append(tokens)
     return out
-
-
-def _check_sample_count(reader, samples: int, where: str) -> None:
-    """The shard file's own sample count (its first uint32) is the index's."""
-    from rgpt_dist.data.index import DatasetError
-
-    with open(Path(reader.dirname, reader.split, reader.raw_data.basename), "rb") as fh:
-        head = fh.read(4)
-    if len(head) != 4 or int(np.frombuffer(head, np.uint32)[0]) != samples:
-        raise DatasetError(f"{where}: the shard file does not hold the {samples} samples the index records")
 
 
 def merge_split_index(split_dir: str | Path, part_names: list[str]) -> None:

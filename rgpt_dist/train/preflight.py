@@ -21,7 +21,8 @@ def preflight(cfg: Config, world_size: int) -> list[str]:
     splits = [cfg.data.train_split] + ([cfg.data.val_split] if cfg.eval.every_steps > 0 else [])
     for i, root in enumerate(cfg.data.paths):
         if "://" not in root:
-            out += [f"data.paths[{i}]={root!r}: {problem}" for problem in _split_problems(Path(root), splits, t.seq_len)]
+            out += [f"data.paths[{i}]={root!r}: {problem}"
+                    for problem in _split_problems(Path(root), splits, t.seq_len, cfg.model.vocab_size)]
     run_dir = Path(cfg.log.run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         out.append(f"log.run_dir={cfg.log.run_dir!r} exists and is not a directory")
@@ -30,10 +31,14 @@ def preflight(cfg: Config, world_size: int) -> list[str]:
     return out
 
 
-def _split_problems(root: Path, splits: list[str], seq_len: int) -> list[str]:
+def _split_problems(root: Path, splits: list[str], seq_len: int, vocab_size: int) -> list[str]:
     """Each split's index checked as the loader will (rgpt_dist.data.index: token columns only,
-    shard files inside the split) and its sample length against train.seq_len."""
+    shard files inside the split), its sample length against train.seq_len, and its shard files
+    (rgpt_dist.data.verify: offsets inside the file, every token id below model.vocab_size; this
+    reads the whole dataset once per rank, from the page cache after the first: see that module for
+    the cost). A remote dataset is not read here: its shards arrive during training."""
     from rgpt_dist.data.index import DatasetError, check_split
+    from rgpt_dist.data.verify import check_split_data
 
     out = []
     for split in splits:
@@ -48,4 +53,9 @@ def _split_problems(root: Path, splits: list[str], seq_len: int) -> list[str]:
         lengths = {s["column_sizes"][0] // 2 - 1 for s in shards}
         if lengths and lengths != {seq_len}:
             out.append(f"{split} holds samples of seq_len {sorted(lengths)[0]}, but train.seq_len={seq_len}")
+            continue
+        try:
+            check_split_data(root / split, shards, vocab_size)
+        except DatasetError as e:
+            out.append(str(e))
     return out
