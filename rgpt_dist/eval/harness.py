@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rgpt_dist.eval import strict_json
+
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 EXAMPLE_TASK = "rgpt_example"
 EXAMPLE_DATA = TASKS_DIR / "rgpt_example" / "rgpt_example.jsonl"
@@ -109,8 +111,9 @@ def model_args_string(model_args: Mapping[str, Any]) -> str:
 
 def hf_model_args(hf_dir: str | Path, model_args_extra=None, remote_code: str = "auto") -> dict[str, Any]:
     """lm-eval's model_args for hf_dir; `trust_remote_code` as the `remote_code` policy decides
-    (rgpt_dist.export.remote_code: "auto", "never" or "trust"); `use_cache=False` unless
-    model_args_extra sets it."""
+    (rgpt_dist.export.remote_code: "auto", "never" or "trust"; auto and never also refuse an export by
+    which transformers would load code or files from outside it); `use_cache=False` unless
+    model_args_extra sets it; `local_files_only` and `use_safetensors` always."""
     from rgpt_dist.export.remote_code import trust_remote_code
 
     hf_dir = Path(hf_dir).expanduser().resolve()
@@ -123,8 +126,11 @@ def hf_model_args(hf_dir: str | Path, model_args_extra=None, remote_code: str = 
                            "`trust_remote_code` (pass remote_code='auto'|'never'|'trust')")
     # use_cache=False: lm-eval's scoring forwards (loglikelihood, multiple choice) then build no KV cache,
     # which for a recurrent export preallocates block_size tokens for every cached layer on each call;
-    # its generation passes use_cache=True to generate() itself, so generate_until tasks still cache
-    args = {"pretrained": str(hf_dir), "trust_remote_code": trust_remote_code(hf_dir, remote_code), "use_cache": False}
+    # its generation passes use_cache=True to generate() itself, so generate_until tasks still cache.
+    # local_files_only, use_safetensors: the model loads from this directory's files alone (no hub, no cache
+    # of another repository's code) and never unpickles a weights file; rgpt-export writes safetensors
+    args = {"pretrained": str(hf_dir), "local_files_only": True, "use_safetensors": True,
+            "trust_remote_code": trust_remote_code(hf_dir, remote_code), "use_cache": False}
     args.update(extra)
     return args
 
@@ -260,10 +266,10 @@ def write_results(results: Mapping[str, Any] | Sequence[Mapping[str, Any]], out_
             path = out_dir / f"samples_{_safe(task)}{suffix}.jsonl"
             with open(path, "w") as f:
                 for rec in records:
-                    f.write(json.dumps(rec, default=_jsonable) + "\n")
+                    f.write(strict_json.dumps(rec, default=_jsonable) + "\n")
             sample_paths.append(path)
     json_path = out_dir / RESULTS_JSON
-    json_path.write_text(json.dumps({"runs": runs}, indent=2, default=_jsonable) + "\n")
+    json_path.write_text(strict_json.dumps({"runs": runs}, indent=2, default=_jsonable) + "\n")  # NaN -> null
     rows = result_rows(runs)
     lead = ["model_dir", "r_eval", "task", "n"]
     metric_cols = sorted({k for r in rows for k in r} - set(lead),

@@ -74,7 +74,8 @@ def test_rgpt_eval_lm_eval_refuses_foreign_code(exports, tmp_path, capsys):
     (hf / "noise.py").write_text((hf / "noise.py").read_text() + "\nimport os\n")
     assert main(["lm-eval", str(hf), "--out", str(tmp_path / "out"), "--limit", "1"]) == 2
     err = capsys.readouterr().err
-    assert "noise.py" in err and "refusing to run it" in err and not (tmp_path / "out").exists()
+    out = tmp_path / "out"
+    assert "noise.py" in err and "refusing to run it" in err and not (out.exists() and any(out.iterdir()))
     assert main(["lm-eval", str(exports / "looped"), "--out", str(tmp_path / "out"), "--limit", "1",
                  "--remote-code", "never"]) == 2
     assert "--remote-code never" in capsys.readouterr().err
