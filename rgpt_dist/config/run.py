@@ -66,7 +66,8 @@ class ParallelConfig(Section):
     activation_checkpointing: Literal["none", "recurrence", "selective", "blocks"] = "recurrence"
     """Recompute activations in backward: none; recurrence = each step of the shared core (or each
     block of a dense model) whole; selective = the same units, keeping matmul and attention outputs
-    (less recompute, more memory); blocks = recurrence plus every prelude/coda block."""
+    (less recompute, more memory; refused under zero_stage=3 and tp_size > 1, see
+    _selective_problems); blocks = recurrence plus every prelude/coda block."""
     tp_size: int = 1
     """Tensor-parallel size (megatron-core; issue #5). 1 = no tensor parallelism."""
     backend: Literal["auto", "nccl", "gloo"] = "auto"
@@ -93,9 +94,31 @@ class ParallelConfig(Section):
         if self.compile == "model" and self.zero_stage == 3:
             out.append(f"{path}.compile=model cannot run under {path}.zero_stage=3 (ZeRO-3's parameter gathering "
                        f"hooks every submodule inside the graph): use {path}.compile=blocks")
+        out += self._selective_problems(path)
         if self.compile_backend not in COMPILE_BACKENDS:
             out.append(f"{path}.compile_backend={self.compile_backend!r} must be one of {', '.join(COMPILE_BACKENDS)}")
         return out
+
+    def _selective_problems(self, path: str) -> list[str]:
+        """`selective` keeps the outputs of matmuls (torch.utils.checkpoint's selective policy); two
+        layouts break that, measured in tests/train/test_distributed.py, so they are refused here
+        rather than crash or train on wrong gradients. ZeRO-3 gathers parameters inside the
+        checkpointed unit, and the policy meets the gather's allocations only in the recomputation
+        ('aten.empty.memory_format encountered during backward but not found in storage'). Under
+        tensor parallelism megatron's row-parallel layers all-reduce a matmul's output in place,
+        the very tensor the policy keeps, so the recomputation no longer reproduces the forward:
+        the gradients differ (relative 9e-5 in the norm at step 1, 1.7e-3 by step 4)."""
+        if self.activation_checkpointing != "selective":
+            return []
+        reasons = []
+        if self.zero_stage == 3:
+            reasons.append(f"{path}.zero_stage=3 (ZeRO-3 gathers parameters inside the checkpointed units and the "
+                           f"selective policy fails in the first backward)")
+        if self.tp_size > 1:
+            reasons.append(f"{path}.tp_size={self.tp_size} (megatron's row-parallel all-reduce works in place on the "
+                           f"matmul outputs selective keeps, so the recomputed activations and the gradients are wrong)")
+        return [f"{path}.activation_checkpointing=selective cannot run under {reason}: use "
+                f"{path}.activation_checkpointing=recurrence" for reason in reasons]
 
 
 @dataclasses.dataclass

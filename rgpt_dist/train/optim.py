@@ -63,3 +63,28 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> SkipNonFiniteAda
 def make_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.lr_scheduler.LambdaLR:
     """Stepped once per optimizer step (by the DeepSpeed engine)."""
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_at(step, cfg) / cfg.lr)
+
+
+@torch.no_grad()
+def global_grad_norm(parameters, mpu=None) -> float:
+    """The 2-norm of the whole model's gradient, before clipping, as DeepSpeed's fp32 clipping
+    computes it (deepspeed.runtime.utils.clip_grad_norm_, whose result the engine drops at ZeRO-0),
+    with one device sync instead of one per parameter, accumulated in float64. Call it after the reduction over data-parallel
+    ranks, when every dp replica holds the same gradient. Under tensor parallelism (`mpu`: DeepSpeed's
+    view of megatron's groups) sharded parameters (megatron marks them `tensor_model_parallel`) count
+    on every tp rank and replicated ones (layer norms, row-parallel biases) on tp rank 0 only: counted
+    on every rank they would inflate the norm. One SUM over all ranks then adds the tp shards and
+    counts each dp replica once (divided by dp), so a NaN on any rank (the step is skipped
+    everywhere) makes every rank's norm NaN, logged as null, like DeepSpeed's norm at ZeRO 1-3."""
+    from deepspeed.runtime.utils import is_model_parallel_parameter
+
+    tp_rank, tp = (mpu.get_model_parallel_rank(), mpu.get_model_parallel_world_size()) if mpu is not None else (0, 1)
+    grads = [p.grad for p in parameters if p.grad is not None and (tp_rank == 0 or is_model_parallel_parameter(p))]
+    device = grads[0].device if grads else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    squares = torch.zeros((), dtype=torch.float64, device=device)
+    if grads:  # in float64, as DeepSpeed's ZeRO optimizers: float32 was off by 4e-6 relative on CPU
+        squares = torch.stack([torch.linalg.vector_norm(g, dtype=torch.float64) for g in grads]).square().sum()
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(squares, op=dist.ReduceOp.SUM)
+        squares /= dist.get_world_size() // tp  # the dp replicas' identical sums
+    return squares.sqrt().item()

@@ -21,7 +21,7 @@ from rgpt_dist.train.checkpoint import CheckpointManager, SaveRefused
 from rgpt_dist.train.metrics import MetricsSink
 from rgpt_dist.train.optim import make_optimizer, make_scheduler
 from rgpt_dist.train.preemption import EXIT_PREEMPTED, StopRequested, ignore_signals, requeue_slurm_job
-from rgpt_dist.train.trainer import Trainer
+from rgpt_dist.train.trainer import DifferentRun, Trainer
 
 EXIT_REFUSED = 2  # like a bad config: nothing ran, nothing was written
 
@@ -58,7 +58,8 @@ def shard_model(full: torch.nn.Module, cfg: Config, dims: ParallelDims) -> torch
 def train(cfg: Config) -> int:
     """Run (or resume) training; returns the process exit status: 0 when train.max_steps is reached,
     EXIT_PREEMPTED when stopped on a signal after saving (requeued under SLURM), EXIT_REFUSED when
-    the checkpoint to resume from would run code on loading or a save met a planted link or file."""
+    the checkpoint to resume from would run code on loading or belongs to a different run, or a save
+    met a planted link or file."""
     stop = StopRequested()  # before anything slow: a signal during start-up stops after step one
     # checkpoints and exports record where the data is; a relative path found in one is resolved
     # against that checkpoint or export (never a reader's current directory), so record absolute ones
@@ -90,7 +91,7 @@ def train(cfg: Config) -> int:
             if dims.is_main:  # after resume: a run refused for another's checkpoint leaves its config
                 atomic_write_text(run_dir / "config.yaml", cfg.to_yaml())
             finished = trainer.fit()
-        except (UntrustedCheckpoint, SaveRefused) as e:  # every rank raises them together (newest_valid, save)
+        except (UntrustedCheckpoint, DifferentRun, SaveRefused) as e:  # raised on every rank together
             if dims.is_main:
                 print(f"train: {e}", file=sys.stderr, flush=True)
             refused = True

@@ -22,6 +22,7 @@ from rgpt_dist.parallel.compile import compile_stats
 from rgpt_dist.parallel.dims import ParallelDims
 from rgpt_dist.train.checkpoint import CheckpointManager
 from rgpt_dist.train.metrics import MetricsSink, peak_flops
+from rgpt_dist.train.optim import global_grad_norm
 from rgpt_dist.train.preemption import StopRequested
 
 
@@ -29,10 +30,17 @@ class NonFiniteError(RuntimeError):
     """Too many consecutive optimizer steps had non-finite gradients."""
 
 
-def _injected_nan(step: int, rank: int) -> bool:
+class DifferentRun(ValueError):
+    """The checkpoint to resume from was written by a run with another model, seed, sharding or
+    precision (Trainer._check_same_run): nothing was loaded."""
+
+
+def _injected_nan(step: int, rank: int, var: str = "RGPT_INJECT_NAN") -> bool:
     """Fault injection for tests: RGPT_INJECT_NAN="STEP[,STEP...][@RANK]" makes that rank's loss
-    NaN at those (0-based) optimizer steps."""
-    spec = os.environ.get("RGPT_INJECT_NAN")
+    NaN at those (0-based) optimizer steps; RGPT_INJECT_GRAD_NAN (same syntax) instead puts one NaN
+    into that rank's gradient after the reduction over ranks, where only the optimizer's own
+    agreement can make the other ranks skip too (Trainer._inject_reduced_nan)."""
+    spec = os.environ.get(var)
     if not spec:
         return False
     steps, _, only = spec.partition("@")
@@ -64,6 +72,9 @@ class Trainer:
         self.step, self.tokens = 0, 0
         self.peak, self.peak_source = peak_flops(cfg.parallel.dtype)
         self.compiled = cfg.parallel.compile_mode() != "none"
+        # ZeRO-0 without DeepSpeed's bf16 optimizer: the engine clips through clip_fp32_gradients(),
+        # which drops the norm, and our AdamW computes none, so the trainer computes it (own_norm)
+        self.own_norm = cfg.parallel.zero_stage == 0 and cfg.parallel.dtype != "bf16"
         self._data: Iterator | None = None
 
     # ---- data -------------------------------------------------------------------------------
@@ -105,8 +116,8 @@ class Trainer:
         diffs = [f"{a}.{b}: checkpoint {saved.get(a, {}).get(b)!r}, config {now[a][b]!r}"
                  for a, b in keys if saved.get(a, {}).get(b) != now[a][b]]
         if diffs:
-            raise ValueError(f"{self.ckpt.dir / tag} belongs to a different run ({'; '.join(diffs)}): give this "
-                             f"run its own log.run_dir (or checkpoint.dir), or checkpoint.resume=false")
+            raise DifferentRun(f"{self.ckpt.dir / tag} belongs to a different run ({'; '.join(diffs)}): give "
+                               f"this run its own log.run_dir (or checkpoint.dir), or checkpoint.resume=false")
 
     # ---- one optimizer step -----------------------------------------------------------------
     def train_step(self) -> dict[str, Any]:
@@ -122,19 +133,42 @@ class Trainer:
             loss = out.loss + out.aux.get("aux_loss", 0.0)
             if _injected_nan(step, self.dims.rank):
                 loss = loss * float("nan")
-            self.engine.backward(loss)
+            self.engine.backward(loss)  # at the last micro-batch: also the reduction over dp ranks
+            if micro == len(depths) - 1:
+                norm = self._boundary(step)
             self.engine.step()
             losses.append(out.loss.detach().float())
             stats.append(out.aux.get("stats", {}))  # the family's per-step statistics, (r,) each
+        if not self.own_norm:
+            norm = _engine_norm(self.engine)  # computed by DeepSpeed's optimizer in its step
         # the depth (a list of one per micro-batch where they differ: depth_per=micro_batch)
         r = depths[0] if len(set(depths)) == 1 else depths
         record = {"step": step, "r": r, "loss": torch.stack(losses).mean().item(),
-                  "lr": self.engine.get_lr()[0], "grad_norm": float(self.engine.get_global_grad_norm() or 0.0),
+                  "lr": self.engine.get_lr()[0], "grad_norm": norm,
                   "skipped": self._skipped_total() > skipped_before, "skipped_total": self._skipped_total()}
         record.update({k: v.tolist() for k, v in _mean_step_stats(stats).items()})
         if self.compiled:  # cumulative: constant from the first steps on when nothing recompiles
             record.update(compile_stats())
         return record
+
+    def _boundary(self, step: int) -> float:
+        """Between the last backward (gradients reduced over dp ranks) and the optimizer step: the
+        fault injection of RGPT_INJECT_GRAD_NAN, then at ZeRO-0 the gradient norm before clipping
+        (non-finite on a step that is skipped: the metrics sink logs it as null)."""
+        if _injected_nan(step, self.dims.rank, "RGPT_INJECT_GRAD_NAN"):
+            self._inject_reduced_nan()
+        if self.own_norm:
+            return global_grad_norm(self.model.parameters(), self.engine.mpu)
+        return float("nan")
+
+    def _inject_reduced_nan(self) -> None:
+        """One NaN in this rank's reduced gradient: p.grad at ZeRO-0 (DeepSpeed all-reduced it in
+        the backward), the first sub-group's partition of the reduced gradients at ZeRO 1-3."""
+        if self.cfg.parallel.zero_stage == 0:
+            target = next(p.grad for p in self.model.parameters() if p.grad is not None)
+        else:
+            target = next(g for g in self.engine.optimizer.averaged_gradients[0] if g is not None)
+        target.view(-1)[0] = float("nan")
 
     def _skipped_total(self) -> int:
         """Updates skipped for non-finite gradients: by DeepSpeed's ZeRO optimizers (which check
@@ -251,6 +285,13 @@ class Trainer:
         curve = record.get("early_exit")
         table = "" if not curve else "\n" + "\n".join(f"    exit r*={k:2d}: {v:.4f}" for k, v in enumerate(curve))
         self.sink.log(record, f"eval step {record['step']:6d} | val_loss {record['val_loss']:.4f}{table}")
+
+
+def _engine_norm(engine) -> float:
+    """The norm DeepSpeed's optimizer computed; NaN where it computed none (the metrics sink logs
+    a non-finite value as null, never as a made-up 0.0)."""
+    norm = engine.get_global_grad_norm()
+    return float("nan") if norm is None else float(norm)
 
 
 def _mean_step_stats(per_micro: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

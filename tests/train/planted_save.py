@@ -1,6 +1,6 @@
-"""Under torchrun: train() itself (past the launcher's pre-start check, as if the link had been planted
-after the start) meets a planted checkpoints/step_N link at its first save. Each rank writes its exit
-status and stderr to OUT.rankN. Args: CONFIG OUT key=value..."""
+"""Under torchrun: train() itself, past the launcher's pre-start checks (as if a link had been planted
+after the start), returning its exit status (a refused save, a refused resume). Each rank writes its
+exit status and stderr to OUT.rankN. Args: CONFIG OUT key=value..."""
 import contextlib
 import io
 import json

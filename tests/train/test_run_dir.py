@@ -176,3 +176,21 @@ def test_a_fifo_metrics_file_does_not_hang_a_reader(tmp_path):
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "metrics.jsonl")], capture_output=True,
                           text=True, timeout=60)
     assert done.stdout.strip() == "UnsafePath"
+
+
+def test_resuming_a_checkpoint_of_another_zero_stage_exits_2_on_every_rank(reference_run, dataset, tmp_path):
+    """The refusal of a changed sharding (Trainer._check_same_run) is an exit status 2 with the
+    message, like a bad config, not a traceback; nothing is loaded and nothing is written."""
+    import shutil
+
+    from tests.helpers.runs import DP
+
+    run = shutil.copytree(reference_run[0], tmp_path / "run")  # the shared reference stays untouched
+    before = [(run / name).read_bytes() for name in ("metrics.jsonl", "config.yaml")]
+    out = tmp_path / "out.json"
+    torchrun("tests.train.planted_save", 1, QUICKSTART, str(out), *COMMON, f"data.paths=[{dataset}]",
+             f"log.run_dir={run}", *DP, "parallel.zero_stage=2")
+    got = json.loads((tmp_path / "out.json.rank0").read_text())
+    assert got["status"] == 2 and "Traceback" not in got["stderr"]
+    assert "belongs to a different run (parallel.zero_stage: checkpoint 1, config 2)" in got["stderr"]
+    assert [(run / name).read_bytes() for name in ("metrics.jsonl", "config.yaml")] == before

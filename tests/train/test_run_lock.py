@@ -33,3 +33,33 @@ def test_a_forked_child_does_not_keep_the_directory_locked(tmp_path):
         lock_run_dir(tmp_path, wait_s=2)  # the holder exited; its forked child is still alive
     finally:
         __import__("os").kill(child, 9)
+
+
+def test_the_train_cli_exits_2_naming_the_holder_of_a_locked_run_directory(dataset, tmp_path, monkeypatch, capsys):
+    """docs/training.md: a second run in a directory in use exits with status 2 naming the holder,
+    before any process group or model exists (training itself is replaced here: reaching it fails)."""
+    import functools
+
+    import launcher.train
+    import rgpt_dist.train.run
+    import rgpt_dist.train.run_lock as run_lock
+
+    from tests.helpers.runs import COMMON
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    monkeypatch.setattr(run_lock, "lock_run_dir", functools.partial(run_lock.lock_run_dir, wait_s=0.5))
+    monkeypatch.setattr(rgpt_dist.train.run, "train", lambda cfg: pytest.fail("trained in a locked run directory"))
+    monkeypatch.delenv("RANK", raising=False)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        status = launcher.train.main(["configs/experiments/quickstart.yaml", *COMMON, f"data.paths=[{dataset}]",
+                                      f"log.run_dir={run_dir}"])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert status == 2
+    err = capsys.readouterr().err
+    assert f"train: {run_dir} is being trained by pid {holder.pid} on " in err, err
+    assert "give this run another log.run_dir" in err and "Traceback" not in err

@@ -1,5 +1,9 @@
 """Trainer helpers that need no processes (the training loop itself runs under torchrun in
 test_distributed.py)."""
+import re
+from pathlib import Path
+
+import pytest
 import torch
 
 from rgpt_dist.train.trainer import _mean_step_stats
@@ -33,3 +37,88 @@ def test_accumulation_over_micro_batches_of_different_depths_equals_a_hand_loop(
     assert len(got["depths"]) == 4 and len(set(got["depths"])) > 1, got
     assert abs(got["trainer"] - got["hand"]["logged depths"]) < 1e-5 * got["trainer"], got
     assert abs(got["trainer"] - got["hand"]["first depth only"]) > 1e-3 * got["trainer"], got
+
+
+def test_ranks_that_disagree_on_the_depth_stop_on_every_rank(tmp_path):
+    """docs/training.md: every rank must run the same depth (ZeRO-3 and tensor-parallel collectives
+    inside the forward would hang otherwise); the trainer checks at every log step and every rank
+    raises naming the step and the depths, one depth per step or one per micro-batch."""
+    import json
+
+    from tests.helpers.dist import torchrun
+
+    torchrun("tests.train.depth_check", 2, str(tmp_path / "out"))
+    for rank in (0, 1):
+        got = json.loads((tmp_path / f"out.{rank}.json").read_text())
+        assert got["same"] == got["same per micro-batch"] == got["none (dense)"] == "agreed", got
+        assert got["differ"] == "ranks disagree on the recurrence depth at step 7: max [4], min [3]", got
+        assert got["differ in one micro-batch"] == ("ranks disagree on the recurrence depth at step 7: "
+                                                    "max [2, 5], min [2, 4]"), got
+
+
+def _resuming_trainer(saved_changes: dict):
+    """A Trainer with only what resume() reads: the quickstart config, and a checkpoint manager
+    whose newest checkpoint was written by that config changed by `saved_changes` (section ->
+    fields); loading its state fails the test (the comparison must come first)."""
+    import types
+
+    from rgpt_dist.config import load_config
+    from rgpt_dist.train.trainer import Trainer
+
+    cfg = load_config("configs/experiments/quickstart.yaml", ["parallel.zero_stage=2"])
+    saved = cfg.to_dict()
+    for section, fields in saved_changes.items():
+        saved[section] = {**saved[section], **fields}
+
+    def load(engine, tag):
+        raise AssertionError("state was loaded before the configs were compared")
+
+    trainer = Trainer.__new__(Trainer)
+    trainer.cfg, trainer.engine = cfg, None
+    trainer.ckpt = types.SimpleNamespace(newest_valid=lambda: "step_00000003", saved_config=lambda tag: saved,
+                                         load=load, dir=Path("/runs/x/checkpoints"))
+    return trainer
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"parallel": {"tp_size": 2}}, "parallel.tp_size: checkpoint 2, config 1"),
+    ({"parallel": {"zero_stage": 3}}, "parallel.zero_stage: checkpoint 3, config 2"),
+    ({"parallel": {"zero_stage": 3, "tp_size": 2}}, "parallel.tp_size: checkpoint 2, config 1; parallel.zero_stage: "
+                                                    "checkpoint 3, config 2")])
+def test_resume_refuses_a_checkpoint_of_another_tp_size_or_zero_stage(changes, message):
+    """docs/training.md: a checkpoint resumes only the run that wrote it; another tp size or ZeRO
+    stage (whose shards the engine would misread) stops before any state is loaded, listing the
+    differences and the way out; a changed budget (train.max_steps) is allowed."""
+    from rgpt_dist.train.trainer import DifferentRun
+
+    with pytest.raises(DifferentRun, match=re.escape(f"/runs/x/checkpoints/step_00000003 belongs to a different "
+                                                     f"run ({message}): give this run its own log.run_dir")):
+        _resuming_trainer(changes).resume()
+    with pytest.raises(AssertionError, match="state was loaded"):  # the same run goes on to load
+        _resuming_trainer({"train": {"max_steps": 10**6}}).resume()
+
+
+@pytest.mark.parametrize("overrides,refused", [
+    (["parallel.zero_stage=3"], ["parallel.zero_stage=3 (ZeRO-3 gathers parameters inside the checkpointed units"]),
+    (["parallel.tp_size=2"], ["parallel.tp_size=2 (megatron's row-parallel all-reduce works in place"]),
+    (["parallel.tp_size=2", "parallel.zero_stage=3"], ["parallel.zero_stage=3", "parallel.tp_size=2"]),
+    (["parallel.zero_stage=2"], [])])
+def test_selective_checkpointing_is_refused_where_it_breaks(overrides, refused, capsys):
+    """parallel.activation_checkpointing=selective crashes in the first backward under ZeRO-3 and
+    trains on wrong gradients under tp > 1 (rgpt_dist.config.run.ParallelConfig._selective_problems):
+    the config's validation refuses both before any process starts, saying why and what to use
+    instead; the CLI exits with status 2 and the message. Elsewhere (ZeRO 0-2, tp = 1) it runs."""
+    from launcher.train import main
+    from rgpt_dist.config import ConfigError, load_config
+
+    args = ["parallel.activation_checkpointing=selective", "model.pad_vocab_multiple=256", *overrides]
+    if not refused:
+        assert load_config("configs/experiments/quickstart.yaml", args).parallel.activation_checkpointing == "selective"
+        return
+    with pytest.raises(ConfigError) as e:
+        load_config("configs/experiments/quickstart.yaml", args)
+    lines = [line for line in str(e.value).splitlines() if "selective cannot run" in line]
+    assert len(lines) == len(refused) and all(r in line for r, line in zip(refused, lines)), str(e.value)
+    assert all(line.endswith("use parallel.activation_checkpointing=recurrence") for line in lines)
+    assert main(["configs/experiments/quickstart.yaml", *args]) == 2
+    assert "parallel.activation_checkpointing=selective cannot run under" in capsys.readouterr().err
