@@ -4,11 +4,12 @@
 slurmctld and slurmd with a private slurm.conf, and returns a handle whose `env` points the client
 commands (sbatch, squeue, scontrol, sacct-free) at it. It raises `SlurmUnavailable` only for the
 reasons `unavailable()` names (the packages are missing and cannot be installed: not root, no
-apt-get, or no apt source offers them), the one case for pytest.skip; any other failure (apt-get
-failing on packages it offers, a daemon that does not start, a node that never becomes idle) is a
-RuntimeError: a broken setup must fail the tests, not skip them. RGPT_REQUIRE_SLURM=1 turns
-unavailability into a failure too (CI that must run them). See ../shared/ENVIRONMENT.md, "SLURM on
-one machine".
+apt-get, or no apt source offers them), the one case for pytest.skip, and only where the tests are
+not required (`required()`): CI runs as root, so as root (or with CI set, or RGPT_REQUIRE_SLURM=1)
+unavailability is a RuntimeError too, unless RGPT_OFFLINE=1 declares a root machine without package
+sources. Any other failure (apt-get failing on packages it offers, a daemon that does not start, a
+node that never becomes idle) is always a RuntimeError: a broken setup must fail the tests, not skip
+them. See ../shared/ENVIRONMENT.md, "SLURM on one machine".
 """
 from __future__ import annotations
 
@@ -84,6 +85,19 @@ def install() -> None:
     raise RuntimeError(f"apt-get install {' '.join(PACKAGES)} failed ({done.returncode}): {done.stderr[-1000:]}")
 
 
+def required() -> str | None:
+    """Why the SLURM tests must run here (None: they may skip when SLURM cannot be installed): CI or
+    RGPT_REQUIRE_SLURM=1 always; root (how CI runs, able to install the packages) unless
+    RGPT_OFFLINE=1 says the machine has no package sources."""
+    if os.environ.get("RGPT_REQUIRE_SLURM") == "1":
+        return "RGPT_REQUIRE_SLURM=1"
+    if os.environ.get("CI", "").lower() not in ("", "0", "false", "no"):
+        return f"CI={os.environ['CI']}"
+    if os.geteuid() == 0 and os.environ.get("RGPT_OFFLINE") != "1":
+        return "running as root (CI's user; RGPT_OFFLINE=1 lets an offline root machine skip)"
+    return None
+
+
 FAKE_GPUS, FAKE_CPUS = 8, 128  # what a GPU node of the real clusters has
 
 
@@ -140,8 +154,9 @@ class LocalSlurm:
                 raise SlurmUnavailable(why)
             install()
         except SlurmUnavailable as e:
-            if os.environ.get("RGPT_REQUIRE_SLURM") == "1":
-                raise RuntimeError(f"RGPT_REQUIRE_SLURM=1 but {e}") from e
+            must = required()
+            if must:
+                raise RuntimeError(f"the SLURM tests are required ({must}) but {e}") from e
             raise
         self = cls(workdir)
         for sub in ("state", "spool"):

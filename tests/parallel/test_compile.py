@@ -1,8 +1,9 @@
 """parallel.compile on one process, every family: regional compilation (`blocks`) trains exactly like
 eager with the depth changing every step, breaks no graph and compiles nothing after the first
 variants; with inductor's generated kernels (the GPU path's compiler) 20 AdamW steps with noise
-and sampled depths stay within 1e-5 of eager. The distributed layouts (ZeRO-2/3, tp = 2) are
-tests/train/test_distributed.py's compiled cases."""
+and sampled depths stay within 3e-7 (relative) of eager. On 2 ranks (ZeRO-2, noise on) a compiled
+run equals the eager run of the same layout bitwise; the other distributed layouts (ZeRO-3, tp = 2)
+are tests/train/test_distributed.py's compiled cases."""
 from __future__ import annotations
 
 import copy
@@ -39,6 +40,16 @@ def depths(cfg) -> list[int | None]:
         return [None] * 4
     R = spec.default_depth(cfg)
     return [1, R, 2, R + 1] * 2
+
+
+# aot_eager runs eager's kernels: measured (2026-12-03, this host) the losses of every family and the
+# gradients of gpt2, recurrent_gpt, poisson and relaxed bitwise equal to eager; MoR's and Ouro's
+# gradients differ by at most 9e-8 absolute, 4.3e-8 beyond 1e-6 relative (AOT autograd sums their
+# shared core's per-step contributions in another order). Tolerances a few times that: LOSS_REL is
+# ~4 fp32 ulps of a loss near 6; a wrong gradient (a missed recurrence step, noise drawn twice)
+# moves it by orders more.
+LOSS_REL = 3e-7
+GRAD_TOL = dict(rtol=1e-6, atol=2e-7)
 
 
 def step(model, x, y, r, i):
@@ -78,11 +89,11 @@ def test_blocks_compile_trains_like_eager_without_breaks_or_recompiles(family):
     frames_after = []
     for i, r in enumerate(rs):
         (loss_e, grads_e), (loss_c, grads_c) = step(eager, x, y, r, i), step(compiled, x, y, r, i)
-        assert loss_c == pytest.approx(loss_e.item(), rel=1e-6), (r, i)
+        assert loss_c == pytest.approx(loss_e.item(), rel=LOSS_REL, abs=0), (r, i)
         for ge, gc in zip(grads_e, grads_c):
             assert (ge is None) == (gc is None)
             if ge is not None:
-                torch.testing.assert_close(gc, ge, rtol=1e-5, atol=1e-7)
+                torch.testing.assert_close(gc, ge, **GRAD_TOL)
         frames_after.append(compile_stats()["compiled_frames"])
     assert compile_stats()["graph_breaks"] == 0
     # Block, head, the noise draw (+ Poisson's no-grad Block variants)
@@ -101,9 +112,9 @@ def test_compile_is_applied_before_activation_checkpointing_and_both_wrap():
     assert units and all(getattr(u.forward, "checkpointed", False) for u in units)
     x, y = torch.randint(0, 512, (2, 32)), torch.randint(0, 512, (2, 32))
     (loss, grads), (loss_ref, grads_ref) = step(model, x, y, None, 0), step(reference, x, y, None, 0)
-    assert loss == pytest.approx(loss_ref.item(), rel=1e-6)
+    assert loss == pytest.approx(loss_ref.item(), rel=LOSS_REL, abs=0)  # measured: bitwise equal
     for g, g_ref in zip(grads, grads_ref):
-        torch.testing.assert_close(g, g_ref, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(g, g_ref, **GRAD_TOL)
     assert compile_stats()["graph_breaks"] == 0
 
 
@@ -116,7 +127,9 @@ def test_unknown_mode_is_refused():
 @pytest.mark.slow
 def test_inductor_twenty_steps_with_noise_and_sampled_depth_match_eager():
     """Inductor's generated C++ kernels (the compiler GPU runs use, here on CPU): 20 AdamW steps of
-    RecurrentGPT with its noise on and r ~ U{1..R} redrawn every step; losses within 1e-5 of eager."""
+    RecurrentGPT with its noise on and r ~ U{1..R} redrawn every step; losses within 3e-7 of eager
+    (measured 2026-12-03: at most 7.7e-8 relative, one fp32 ulp, in 11 of the 20 steps; bitwise in the
+    others)."""
     cfg, eager = make("recurrent_gpt")
     assert cfg.sigma_x > 0 and cfg.sigma_g > 0
     compiled = copy.deepcopy(eager)
@@ -136,7 +149,7 @@ def test_inductor_twenty_steps_with_noise_and_sampled_depth_match_eager():
             opt.step()
             opt.zero_grad(set_to_none=True)
             losses.append(out.loss.item())
-        assert losses[1] == pytest.approx(losses[0], rel=1e-5, abs=1e-5), (i, r)
+        assert losses[1] == pytest.approx(losses[0], rel=LOSS_REL, abs=0), (i, r)
     assert len(seen) > 1
     assert compile_stats()["graph_breaks"] == 0
 
@@ -156,3 +169,33 @@ def test_blocks_mode_draws_the_same_noise_through_one_graph_for_every_shape():
     for a, b in zip(drawn, eager):
         assert torch.equal(a, b)
     assert compile_stats() == {"compiled_frames": 1, "graph_breaks": 0}
+
+
+@pytest.mark.slow
+def test_two_ranks_compiled_train_like_two_ranks_eager(dataset, tmp_path):
+    """The distributed compiled path (`blocks`, aot_eager) against eager of the SAME layout: 2 ranks,
+    ZeRO-2 (the case tests/train/test_distributed.py compares only with the 1-rank reference, at 2e-5),
+    with the noise on (a comparison across layouts must turn it off: its key holds the dp rank) and r
+    changing every step. Per-step depth, loss, gradient norm and lr, the validation loss and early-exit
+    curve, and the consolidated weights after 4 AdamW steps: measured (2026-12-03) bitwise equal, as
+    aot_eager runs eager's kernels on the same ranks in the same order, so they must stay equal."""
+    from rgpt_dist.export.consolidate import consolidate
+    from rgpt_dist.registry import build_model
+    from tests.helpers.runs import records, train, trajectory
+
+    args = ["parallel.zero_stage=2", "train.max_steps=4", "eval.every_steps=4", "eval.batches=2",
+            "checkpoint.every_steps=4"]
+    train(2, tmp_path / "eager", dataset, *args)
+    compiled = train(2, tmp_path / "compiled", dataset, *args, "parallel.compile=blocks",
+                     "parallel.compile_backend=aot_eager")
+    (steps_e, evals_e), (steps_c, evals_c) = (trajectory(records(tmp_path / d)) for d in ("eager", "compiled"))
+    assert [s[0] for s in steps_c] == [1, 2, 3, 4] and len({s[1] for s in steps_c}) > 1  # r changed
+    assert steps_c == steps_e and evals_c == evals_e and evals_e[0][2], (steps_c, steps_e, evals_c, evals_e)
+    stats = [(r["compiled_frames"], r["graph_breaks"]) for r in compiled if "loss" in r]
+    assert stats[0][0] > 0 and set(stats) == {stats[0]} and stats[0][1] == 0, stats  # compiled once, no break
+    eager_w, compiled_w = (consolidate(tmp_path / d) for d in ("eager", "compiled"))
+    assert compiled_w.step == eager_w.step == 4
+    init = build_model(eager_w.config.model, seed=eager_w.config.train.seed).state_dict()
+    moved = sum(not torch.equal(v, init[k]) for k, v in eager_w.state_dict.items())
+    assert moved > len(init) // 2, "training did not move the weights: the comparison would be vacuous"
+    assert all(torch.equal(compiled_w.state_dict[k], v) for k, v in eager_w.state_dict.items())

@@ -1,6 +1,7 @@
-"""When the SLURM tests may skip (tests/helpers/slurm.py): only when SLURM cannot be installed here;
-a cluster that fails to start is a failure, never a skip (a root CI run must not pass with every
-SLURM test skipped because a daemon did not come up)."""
+"""When the SLURM tests may skip (tests/helpers/slurm.py): only when SLURM cannot be installed here and
+they are not required (not root, no CI, no RGPT_REQUIRE_SLURM=1; or root with RGPT_OFFLINE=1); a
+cluster that fails to start is a failure, never a skip (a root CI run must not pass with every SLURM
+test skipped because a daemon did not come up)."""
 import subprocess
 
 import pytest
@@ -19,7 +20,9 @@ def missing(monkeypatch):
     monkeypatch.setattr(slurm, "_installed", lambda: False)
     monkeypatch.setattr(slurm.shutil, "which", lambda c: f"/usr/bin/{c}")
     monkeypatch.setattr(slurm.os, "geteuid", lambda: 0)
-    monkeypatch.delenv("RGPT_REQUIRE_SLURM", raising=False)
+    for var in ("RGPT_REQUIRE_SLURM", "CI"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("RGPT_OFFLINE", "1")  # a root machine declared offline: the one root case that may skip
 
     def run(cmd, **kwargs):
         calls.append(cmd)
@@ -45,7 +48,31 @@ def test_skip_reasons_are_not_root_no_apt_and_no_package(missing, monkeypatch, t
     with pytest.raises(slurm.SlurmUnavailable, match="no apt-get"):
         slurm.LocalSlurm.start(tmp_path)
     monkeypatch.setenv("RGPT_REQUIRE_SLURM", "1")  # CI that must run the SLURM tests
-    with pytest.raises(RuntimeError, match="RGPT_REQUIRE_SLURM=1 but") as e:
+    with pytest.raises(RuntimeError, match=r"required \(RGPT_REQUIRE_SLURM=1\) but .*no apt-get") as e:
+        slurm.LocalSlurm.start(tmp_path)
+    assert not isinstance(e.value, slurm.SlurmUnavailable)
+
+
+@pytest.mark.parametrize("euid,env,must", [
+    (0, {}, "running as root"),                          # CI's user: unavailability fails
+    (0, {"RGPT_OFFLINE": "1"}, None),                    # root, declared offline: may skip
+    (1000, {}, None),                                    # a developer's account: may skip
+    (1000, {"CI": "true"}, "CI=true"),
+    (0, {"CI": "1", "RGPT_OFFLINE": "1"}, "CI=1"),       # CI cannot opt out
+    (1000, {"RGPT_REQUIRE_SLURM": "1"}, "RGPT_REQUIRE_SLURM=1"),
+    (1000, {"CI": "false"}, None),
+], ids=["root", "root-offline", "user", "ci", "ci-offline", "require", "ci-false"])
+def test_unavailable_slurm_fails_where_the_tests_are_required(missing, monkeypatch, tmp_path, euid, env, must):
+    monkeypatch.delenv("RGPT_OFFLINE")
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(slurm.os, "geteuid", lambda: euid)
+    monkeypatch.setattr(slurm.shutil, "which", lambda c: None)  # no apt-get (and, not root, no install)
+    if must is None:
+        with pytest.raises(slurm.SlurmUnavailable):
+            slurm.LocalSlurm.start(tmp_path)
+        return
+    with pytest.raises(RuntimeError, match=f"SLURM tests are required \\({must}.*\\) but slurm-wlm") as e:
         slurm.LocalSlurm.start(tmp_path)
     assert not isinstance(e.value, slurm.SlurmUnavailable)
 

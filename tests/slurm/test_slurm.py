@@ -2,6 +2,7 @@
 unmodified except for environment overrides that shrink the models to CPU size."""
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -22,8 +23,9 @@ CPU = ["model.d_model=64", "model.n_head=4", "model.block_size=64", "train.seq_l
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """The local cluster. Skipped only when SLURM cannot be installed here (not root, no apt-get, no
-    apt source offering it: tests.helpers.slurm.unavailable); a cluster that fails to start fails
-    every test using it (RGPT_REQUIRE_SLURM=1: unavailability fails too)."""
+    apt source offering it: tests.helpers.slurm.unavailable) and the tests are not required (as root,
+    under CI or with RGPT_REQUIRE_SLURM=1 they are: tests.helpers.slurm.required); a cluster that fails
+    to start fails every test using it."""
     try:
         slurm = LocalSlurm.start(tmp_path_factory.mktemp("slurm"))
     except SlurmUnavailable as e:
@@ -111,9 +113,12 @@ def test_warning_signal_requeues_and_the_job_resumes_without_lost_steps(cluster,
     states = {**cluster.wait(f"{job}_1", timeout=600), **cluster.wait(reference, timeout=600)}
     log = next((tmp_path / "preempted").glob("*.out")).read_text()
     assert set(states.values()) == {"COMPLETED"}, log[-3000:]
-    stopped = int(log.split(" | stop requested")[0].rsplit("step", 1)[1])
+    [stopped] = map(int, re.findall(r"^step +(\d+) \| stop requested", log, re.M))  # the trainer's line
     assert 3 <= stopped < 30 and f"requeueing job {job}_1" in log and "(restart 1)" in log
-    assert f"at step {stopped}" in log  # "resumed from .../step_0000000k at step k"
+    # exactly one resumption, from the checkpoint of that step and at that step (parsed, not a substring:
+    # "at step 1" is a prefix of "at step 12")
+    resumed = re.findall(r"^resumed from (\S+)/step_(\d{8}) at step (\d+)$", log, re.M)
+    assert [(Path(d).name, int(tag), int(at)) for d, tag, at in resumed] == [("checkpoints", stopped, stopped)], resumed
     got = losses(records(metrics.parent))
     assert [s for s, _ in got] == list(range(1, 31))
     assert got == losses(records(tmp_path / "reference" / "recurrentgpt-small-isoflops-20k"))

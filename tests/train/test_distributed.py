@@ -32,21 +32,17 @@ pytestmark = pytest.mark.slow
 COMPILED = ["parallel.compile=blocks", "parallel.compile_backend=aot_eager"]
 
 
-@pytest.mark.parametrize("stage,compiled", [(0, False), (1, False), (2, False), (3, False), (2, True)],
-                         ids=["0", "1", "2", "3", "2-compiled"])
-def test_two_ranks_match_one_rank_at_every_zero_stage(stage, compiled, dataset, reference_run, tmp_path):
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_two_ranks_match_one_rank_at_every_zero_stage(stage, dataset, reference_run, tmp_path):
     """docs/training.md: 2 ranks reproduce 1 rank at the same global batch at ZeRO 0-3 (relative
     2e-5): losses, and the gradient norm and validation loss, which a gradient summed instead of
     averaged over ranks would change (AdamW hides it from the losses); at ZeRO-0 the norm is the
     trainer's own (optim.global_grad_norm), checked here against DeepSpeed's on one process. And the
-    weights after the 5 steps (consolidated from each run's checkpoint). Compiled (ZeRO-2): the same,
-    with no graph break and nothing compiled after the first step while r changes."""
+    weights after the 5 steps (consolidated from each run's checkpoint). Compiled 2-rank training is
+    held to eager 2-rank training bitwise (tests/parallel/test_compile.py), so to this as well."""
     ref_dir, reference = reference_run
-    got = train(2, tmp_path, dataset, f"parallel.zero_stage={stage}", *DP, "eval.batches=4",
-                *(COMPILED if compiled else []))
+    got = train(2, tmp_path, dataset, f"parallel.zero_stage={stage}", *DP, "eval.batches=4")
     assert [s for s, _ in losses(got)] == [1, 2, 3, 4, 5]
-    if compiled:
-        assert_compiled_once(got, breaks=0)
     assert_same_training(got, reference, rel=2e-5)
     assert losses(reference)[-1][1] < losses(reference)[0][1]  # it learns
     recs = [r for r in got if "loss" in r]
