@@ -13,13 +13,25 @@ SOURCE is an rgpt-export directory or a training checkpoint (run dir, checkpoint
 validation data defaults to the run's own (`data.paths`, `data.val_split`). lm-eval needs an export
 (it loads OUT/hf); for the bundled tasks it also scores the items itself and reports both
 (`own_acc`, `own_acc_norm` columns must equal lm-eval's). Exit status 2 on unusable input.
+
+--out is a directory that the commands add to (curve, diagnostics and lm-eval may share one). It must
+be a real directory or absent: a file, a dangling symbolic link or a link to a directory is refused.
+Each command writes into a private staging directory inside OUT (`.rgpt-eval-partial-XXXXXXXX`; an
+interrupted run's one is removed by the next run) and then renames its files into OUT; a symbolic link
+(or a non-file) at the name of an output is refused, naming it, before any file is moved, so nothing is
+ever written through a link planted in OUT (docs/security.md).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
+
+from rgpt_dist.safe_paths import MARKER, out_dir, publish, staging
+
+STAGING = ".rgpt-eval-partial-"
 
 
 def _ints(text: str) -> list[int]:
@@ -91,11 +103,12 @@ def _model_and_batches(args):
     paths = args.data or data.get("paths")
     if not paths:
         raise ValueError("no validation data: pass --data (the export records none)")
-    batches = val_batches(paths, args.split or data.get("val_split", "val"), args.batch_size, args.batches)
+    batches = val_batches(paths, args.split or data.get("val_split", "val"), args.batch_size, args.batches,
+                          vocab_size=model.cfg.vocab_size)
     return model.to(device), [(x.to(device), y.to(device)) for x, y in batches], record
 
 
-def curve(args) -> Path:
+def curve(args, out: Path) -> None:
     from rgpt_dist.eval.early_exit import early_exit_curve, write_curve
     from rgpt_dist.models.spec import spec_for
 
@@ -104,7 +117,6 @@ def curve(args) -> Path:
     if args.exit_thresholds and not learned_exit:
         raise ValueError(f"{args.source} is a {model.cfg.family} model: --exit-thresholds needs a learned exit (Ouro)")
     rows = early_exit_curve(model, batches, args.depths)
-    out = Path(args.out)
     write_curve(rows, out, f"{args.source} (step {record.get('step')})")
     for row in rows:
         print(f"R*={row['depth']}  loss {row['loss']:.4f}  GFLOPs/token {row['flops_per_token'] / 1e9:.4f}")
@@ -116,10 +128,9 @@ def curve(args) -> Path:
         for row in exits:
             print(f"exit q={row['threshold']}  loss {row['loss']:.4f}  mean depth {row['mean_depth']:.2f}  "
                   f"GFLOPs/token {row['flops_per_token'] / 1e9:.4f} ({row['flops_vs_depth_R']:.3f} of depth R)")
-    return out
 
 
-def diagnostics(args) -> Path:
+def diagnostics(args, out: Path) -> None:
     from rgpt_dist.data.tokenizer import get_encoding
     from rgpt_dist.eval.appendix import analysis
     from rgpt_dist.eval.diagnostics import diagnose, gate_heatmap
@@ -136,20 +147,17 @@ def diagnostics(args) -> Path:
     if getattr(model.cfg, "gate", "learned") != "learned":
         raise ValueError(f"{args.source} was trained without the gate (model.gate={model.cfg.gate}): the "
                          "diagnostics read the gate's statistics")
-    out = Path(args.out)
     if args.all:
         return _appendix(args, model, batches, out)
-    out.mkdir(parents=True, exist_ok=True)
     result = diagnose(model, batches, r=args.r)
     result.to_json(out / "diagnostics.json")
     result.write_csv(out / "diagnostics.csv")
     result.plot(out)
     gate_heatmap(model, batches[0][0][:1, :64], out / "gate_heatmap.png", decode=get_encoding().decode, r=args.r)
-    print(f"wrote {', '.join(sorted(p.name for p in out.iterdir()))} to {out}")
-    return out
+    print(f"wrote {', '.join(sorted(p.name for p in out.iterdir() if p.name != MARKER))} to {args.out}")
 
 
-def _appendix(args, model, batches, out: Path) -> Path:
+def _appendix(args, model, batches, out: Path) -> None:
     """`diagnostics --all`: every Appendix E analysis, each with its JSON, CSV and plot, and the report."""
     import torch
 
@@ -181,14 +189,15 @@ def _appendix(args, model, batches, out: Path) -> Path:
     write_report(results, out, header, skipped)
     for line in skipped:
         print(line)
-    print(f"wrote {len(results)} analyses and report.md / report.html to {out}")
-    return out
+    print(f"wrote {len(results)} analyses and report.md / report.html to {args.out}")
 
 
-def lm_eval(args) -> Path:
+def lm_eval(args, out: Path) -> None:
     from rgpt_dist.eval.harness import depth_sweep, run_lm_eval, write_results
 
     hf_dir = Path(args.export)
+    if (hf_dir / "hf").is_symlink():  # the remote-code check lists the export it was given, not a link's target
+        raise ValueError(f"{hf_dir / 'hf'} is a symbolic link: refusing to load an export through it")
     hf_dir = hf_dir / "hf" if (hf_dir / "hf" / "config.json").is_file() else hf_dir
     tasks = [t for t in args.tasks.split(",") if t]
     common = dict(include_path=args.include_path, limit=args.limit, batch_size=args.batch_size,
@@ -199,13 +208,14 @@ def lm_eval(args) -> Path:
         runs = [run_lm_eval(hf_dir, tasks, **common)]
     for run in runs:
         _own_scores(hf_dir, run, args.limit, common["device"], args.remote_code)
-    written = write_results(runs, args.out)
+    written = write_results(runs, out)
     for run in runs:
         for task, m in run["tasks"].items():
             own = f" (own {m['own_acc']:.4f})" if "own_acc" in m else ""
             print(f"R*={run.get('r_eval')}  {task}: acc {m.get('acc', float('nan')):.4f}{own}  n={m.get('n')}")
-    print(json.dumps({k: str(v) for k, v in written.items()}))
-    return Path(args.out)
+    final = Path(args.out)
+    print(json.dumps({k: [str(final / p.name) for p in v] if isinstance(v, list) else str(final / v.name)
+                      for k, v in written.items()}))
 
 
 def _own_scores(hf_dir: Path, run: dict, limit: int | None, device: str, remote_code: str) -> None:
@@ -221,14 +231,33 @@ def _own_scores(hf_dir: Path, run: dict, limit: int | None, device: str, remote_
             metrics.update(own_acc=own["acc"], own_acc_norm=own["acc_norm"])
 
 
-def grid(args) -> Path:
+def grid(args, out: Path) -> None:
     from rgpt_dist.eval.grid import summarize, write_table
 
     rows = summarize(args.runs_dir)
-    paths = write_table(rows, Path(args.out))
-    print((Path(args.out) / "grid.md").read_text())
-    print(f"wrote {', '.join(str(p) for p in paths)}")
-    return Path(args.out)
+    paths = write_table(rows, out)
+    print((out / "grid.md").read_text())
+    print(f"wrote {', '.join(str(Path(args.out) / p.name) for p in paths)}")
+
+
+def _run_into(command, args) -> None:
+    """Runs `command` with a staging directory inside OUT, then moves what it wrote into OUT (module doc).
+    A command that fails leaves no trace: the directories made for OUT are removed again (if empty)."""
+    out = out_dir(args.out)
+    made = [p for p in (out, *out.parents) if not os.path.lexists(p)]  # deepest first
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out = out_dir(args.out)  # again: whatever stands at OUT now, not what stood there before mkdir
+        with staging(out, STAGING) as tmp:
+            command(args, tmp)
+            publish(tmp, out)
+    except BaseException:
+        for p in made:
+            try:
+                os.rmdir(p)
+            except OSError:
+                break
+        raise
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     from rgpt_dist.export.consolidate import ExportError
 
     try:
-        {"curve": curve, "diagnostics": diagnostics, "lm-eval": lm_eval, "grid": grid}[args.command](args)
+        _run_into({"curve": curve, "diagnostics": diagnostics, "lm-eval": lm_eval, "grid": grid}[args.command], args)
     except (ExportError, ValueError, FileNotFoundError) as e:
         print(f"rgpt-eval: {e}", file=sys.stderr)
         return 2

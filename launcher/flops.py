@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from rgpt_dist.config import DENSE_REFERENCE, FLAVOURS, ConfigError, load_config
@@ -49,28 +50,40 @@ def _budget(text: str) -> list[tuple[str, int]]:
     return out
 
 
-def _positive(kind):
+def _number(kind, low, above: bool = False):
+    """An argparse type: `kind(text)`, finite and >= low (> low when `above`): a zero or negative
+    size divides by zero or reports negative FLOPs, inf or nan prints nonsense; argparse exits 2
+    with the argument and value named."""
     def parse(text: str):
-        value = kind(text)
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"{text} must be > 0")
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text} must be a finite number")
+        if value < low or (above and value == low):
+            raise argparse.ArgumentTypeError(f"{text} must be {'>' if above else '>='} {low}")
         return value
     return parse
+
+
+def _positive(kind):
+    return _number(kind, 0, above=True)
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rgpt-flops", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("targets", nargs="*", help="flavour names or YAML files (default: every flavour)")
-    p.add_argument("--seq-len", type=int, default=1024, help="sequence length S of Eq. 1 (default 1024)")
+    p.add_argument("--seq-len", type=_positive(int), default=1024, help="sequence length S of Eq. 1 (default 1024)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="config override for every target (with --solve: for the dense model)")
     p.add_argument("--dense", default=None, help="dense reference flavour (default: the paper's pairing)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--solve", choices=["n_loops", "n_rec"], help="find the isoFLOPs R (n_loops) or n_rec")
-    p.add_argument("--n-pre", type=int, default=1, help="prelude blocks for --solve")
-    p.add_argument("--n-coda", type=int, default=1, help="coda blocks for --solve")
-    p.add_argument("--n-rec", type=int, help="shared blocks for --solve n_loops")
-    p.add_argument("--n-loops", type=int, help="recurrence depth R for --solve n_rec")
+    p.add_argument("--n-pre", type=_number(int, 0), default=1, help="prelude blocks for --solve")
+    p.add_argument("--n-coda", type=_number(int, 0), default=1, help="coda blocks for --solve")
+    p.add_argument("--n-rec", type=_positive(int), help="shared blocks for --solve n_loops")
+    p.add_argument("--n-loops", type=_positive(int), help="recurrence depth R for --solve n_rec")
     p.add_argument("--grid", action="store_true",
                    help="every model the paper's grid trains (instead of targets); with --budget, its totals")
     p.add_argument("--budget", type=_budget, metavar="20k|40k|N[,...]",

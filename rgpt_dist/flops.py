@@ -15,6 +15,7 @@ sampler's distribution.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from rgpt_dist.config.model import LoopedConfig, ModelConfig
@@ -116,6 +117,15 @@ class Solution:
     ratio: float
 
 
+def _check_sizes(**sizes: tuple[Any, int]) -> None:
+    """ValueError naming every size that is not an integer >= its minimum (None: not given): a zero
+    divides by zero in the solver, a negative gives a meaningless negative FLOPs count."""
+    bad = [f"{name}={value!r} must be an integer >= {low}" for name, (value, low) in sizes.items()
+           if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low)]
+    if bad:
+        raise ValueError("; ".join(bad))
+
+
 def solve_isoflops(dense: ModelConfig, n_pre: int, n_coda: int, seq_len: int, *, n_rec: int | None = None,
                    n_loops: int | None = None, family: str = "recurrent_gpt") -> dict[str, Any]:
     """Given a dense model and a prelude/coda, find R (given n_rec) or n_rec (given R) whose Eq. 1
@@ -124,6 +134,7 @@ def solve_isoflops(dense: ModelConfig, n_pre: int, n_coda: int, seq_len: int, *,
     convention, which ignores the family's per-step term, e.g. RecurrentGPT's 10 d^2)."""
     if (n_rec is None) == (n_loops is None):
         raise ValueError("give exactly one of n_rec and n_loops")
+    _check_sizes(seq_len=(seq_len, 1), n_pre=(n_pre, 0), n_coda=(n_coda, 0), n_rec=(n_rec, 1), n_loops=(n_loops, 1))
     spec = spec_for(family)
     if not issubclass(spec.config, LoopedConfig) or spec_for(dense).recurrent:
         raise ValueError(f"solve_isoflops matches a looped family ({family}) to a dense model ({dense.family})")
@@ -154,6 +165,7 @@ def solve_isoflops(dense: ModelConfig, n_pre: int, n_coda: int, seq_len: int, *,
 
 def report(name: str, cfg: ModelConfig, seq_len: int, dense: ModelConfig | None) -> dict[str, Any]:
     """One row of `rgpt-flops`: counts, Eq. 1 at R and E[r], ratio to the dense reference, paper columns."""
+    _check_sizes(seq_len=(seq_len, 1))
     row: dict[str, Any] = {
         "name": name, "family": cfg.family,
         "layout": spec_for(cfg).layout(cfg),
@@ -209,6 +221,7 @@ def total_train_flops(cfg: ModelConfig, seq_len: int, steps: int, tokens_per_ste
     x tokens_per_step x steps. Activation-checkpointing recomputation is not included (as in MFU)."""
     if steps < 0 or tokens_per_step <= 0:
         raise ValueError(f"steps={steps} must be >= 0 and tokens_per_step={tokens_per_step} > 0")
+    _check_sizes(seq_len=(seq_len, 1))
     return train_flops(cfg, seq_len) * tokens_per_step * steps
 
 
@@ -221,8 +234,8 @@ def gpu_hours(cfg: ModelConfig, seq_len: int, steps: int, tokens_per_step: int, 
     dense bf16). Evaluation, checkpointing, start-up and restarts are not included."""
     if not 0 < mfu <= 1:
         raise ValueError(f"mfu={mfu} must be in (0, 1]")
-    if peak_flops_per_gpu <= 0:
-        raise ValueError(f"peak_flops_per_gpu={peak_flops_per_gpu} must be > 0")
+    if not 0 < peak_flops_per_gpu < math.inf:
+        raise ValueError(f"peak_flops_per_gpu={peak_flops_per_gpu} must be a finite number > 0")
     return total_train_flops(cfg, seq_len, steps, tokens_per_step) / (peak_flops_per_gpu * mfu) / 3600.0
 
 

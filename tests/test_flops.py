@@ -132,3 +132,27 @@ def test_gpu_hours_of_a_dense_model_and_bad_arguments():
             gpu_hours(cfg, 1024, 1000, 4096, **{"peak_flops_per_gpu": 1e15, "mfu": 0.5, **bad})
     with pytest.raises(ValueError):
         total_train_flops(cfg, 1024, -1, 4096)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(n_rec=0), "n_rec=0 must be an integer >= 1"),
+    (dict(n_loops=0), "n_loops=0 must be an integer >= 1"),
+    (dict(n_rec=-3), "n_rec=-3 must be an integer >= 1"),
+    (dict(n_rec=5, n_pre=-1), "n_pre=-1 must be an integer >= 0"),
+    (dict(n_rec=5, seq_len=0), "seq_len=0 must be an integer >= 1"),
+])
+def test_solver_refuses_zero_or_negative_sizes_naming_them(kwargs, message):
+    dense = load_config("gpt2-medium").model
+    args = {"n_pre": 2, "n_coda": 2, "seq_len": 1024, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        solve_isoflops(dense, args.pop("n_pre"), args.pop("n_coda"), args.pop("seq_len"), **args)
+
+
+def test_report_and_costs_refuse_a_zero_sequence_length_and_infinite_peak():
+    cfg = load_config("gpt2-small").model
+    with pytest.raises(ValueError, match="seq_len=0 must be an integer >= 1"):
+        report("gpt2-small", cfg, 0, None)
+    with pytest.raises(ValueError, match="seq_len=-1 must be an integer >= 1"):
+        total_train_flops(cfg, -1, 10, 4096)
+    with pytest.raises(ValueError, match="peak_flops_per_gpu=inf must be a finite number > 0"):
+        gpu_hours(cfg, 1024, 10, 4096, float("inf"), 0.5)

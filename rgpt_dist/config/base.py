@@ -18,6 +18,7 @@ import functools
 import inspect
 import math
 import os
+import reprlib
 import stat
 import types
 from pathlib import Path
@@ -53,6 +54,16 @@ class Section:
         return dataclasses.asdict(self)
 
 
+_SHOW = reprlib.Repr()
+_SHOW.maxlevel, _SHOW.maxdict, _SHOW.maxlist, _SHOW.maxtuple, _SHOW.maxstring, _SHOW.maxother = 3, 8, 8, 8, 120, 120
+
+
+def _show(value: Any) -> str:
+    """repr(value) cut to a few hundred characters: a message must not print (or build) a huge
+    value, e.g. a list that YAML aliases expand to thousands of entries."""
+    return _SHOW.repr(value)
+
+
 def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
@@ -74,24 +85,24 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
                 return _coerce(value, arg, where)
             except ConfigError as e:
                 errors.append(e)
-        raise ConfigError(f"{where}={value!r} has the wrong type (expected {_type_name(tp)})")
+        raise ConfigError(f"{where}={_show(value)} has the wrong type (expected {_type_name(tp)})")
     if origin is Literal:
         if value not in get_args(tp):
-            raise ConfigError(f"{where}={value!r} is not one of {list(get_args(tp))}")
+            raise ConfigError(f"{where}={_show(value)} is not one of {list(get_args(tp))}")
         return value
     if inspect.isclass(tp) and issubclass(tp, Section):
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}={value!r} must be a mapping of {tp.__name__} fields")
+            raise ConfigError(f"{where}={_show(value)} must be a mapping of {tp.__name__} fields")
         return from_dict(tp, value, where)
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}={value!r} must be a list")
+            raise ConfigError(f"{where}={_show(value)} must be a list")
         (item_tp, *_) = get_args(tp) or (Any,)
         items = [_coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}={value!r} must be a mapping")
+            raise ConfigError(f"{where}={_show(value)} must be a mapping")
         return dict(value)
     ok = {
         bool: lambda v: isinstance(v, bool),
@@ -107,7 +118,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         except ValueError:
             pass
     if not ok(value):
-        raise ConfigError(f"{where}={value!r} has the wrong type (expected {_type_name(tp)})")
+        raise ConfigError(f"{where}={_show(value)} has the wrong type (expected {_type_name(tp)})")
     return float(value) if tp is float else value
 
 
@@ -198,6 +209,51 @@ MAX_CONFIG_BYTES = 16 << 20
 keeps a device or endless file (/dev/zero) from being read whole."""
 
 
+MAX_YAML_NODES = 100_000
+"""A YAML document is refused when it expands to more nodes than this, each alias (`*name`) counted
+as a full copy of what it names: configs have a few hundred nodes, while nested aliases ("billion
+laughs") expand exponentially -- cheap to parse, but any walk over the values (type checks, error
+messages, the deep copy of overrides) would build every copy. An alias inside its own anchor
+(a recursive value) is refused too."""
+
+
+def _children(node: Any) -> list:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return list(node.value) if isinstance(node, yaml.SequenceNode) else []
+
+
+def _check_expansion(root: Any) -> None:
+    """Raise yaml.composer.ComposerError when `root` expands beyond MAX_YAML_NODES or refers to
+    itself. Sizes are memoised per node (an alias shares its anchor's node), so this costs one pass
+    over the composed graph, however large its expansion; iterative, so deep nesting cannot
+    overflow the stack here."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()  # nodes whose subtree is being sized: the current path
+    stack = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            open_nodes.discard(id(node))
+            sizes[id(node)] = size = 1 + sum(sizes[id(c)] for c in _children(node))
+            if size > MAX_YAML_NODES:
+                raise yaml.composer.ComposerError(
+                    None, None, f"the value starting here expands to more than {MAX_YAML_NODES} nodes "
+                    f"through aliases (*name): refusing to load it", node.start_mark)
+            continue
+        if id(node) in sizes:
+            continue
+        open_nodes.add(id(node))
+        stack.append((node, True))
+        for child in _children(node):
+            if id(child) in open_nodes:
+                raise yaml.composer.ComposerError(
+                    None, None, "an alias refers to the value that contains it (a recursive value)",
+                    child.start_mark)
+            if id(child) not in sizes:
+                stack.append((child, False))
+
+
 @functools.cache
 def _unique_key_loader() -> type:
     """PyYAML's safe loader, except that a key repeated in one mapping is an error: YAML keeps the
@@ -205,6 +261,11 @@ def _unique_key_loader() -> type:
     on first use: importing the config package must not need PyYAML (benchmarks/gpu_suite.py stubs it)."""
 
     class UniqueKeyLoader(yaml.SafeLoader):
+        def compose_document(self):
+            node = super().compose_document()
+            _check_expansion(node)  # before any value is built (see MAX_YAML_NODES)
+            return node
+
         def construct_mapping(self, node, deep=False):
             if isinstance(node, yaml.MappingNode):
                 seen: dict[Any, int] = {}
@@ -228,7 +289,8 @@ def _unique_key_loader() -> type:
 
 
 def load_yaml(text: str) -> Any:
-    """yaml.safe_load with duplicate keys refused (at any level); raises yaml.YAMLError."""
+    """yaml.safe_load with duplicate keys refused (at any level) and aliases bounded (MAX_YAML_NODES);
+    raises yaml.YAMLError."""
     return yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 (a SafeLoader subclass)
 
 

@@ -9,6 +9,7 @@ import statistics
 from typing import Any
 
 from rgpt_dist.config.ablations import SMALL
+from rgpt_dist.eval.markdown import cell, code
 
 SMALL_RUN, DENSE_SMALL_RUN = f"{SMALL}-20k", "gpt2-small-20k"
 # study -> (title, kind, the runs of the main grid it includes as rows: row label -> run name)
@@ -61,8 +62,9 @@ def sequential(found: list[tuple[str, dict[str, Any]]]) -> list[str]:
         number = _row_key(label)[0]
         previous = main[max(n for n in main if n < number)] if any(n < number for n in main) else None
         step = _delta(r["val_loss"], previous["val_loss"]) if previous else "-"
-        out.append(f"| {label} | `{r['name']}` | {r['layout'] or '-'} | {_loss(r)} | {step} | "
-                   f"{_delta(r['val_loss'], dense['val_loss']) if dense and r is not dense else '-'} | {r['status']} |")
+        out.append(f"| {cell(label)} | {code(r['name'])} | {cell(r['layout'])} | {_loss(r)} | {step} | "
+                   f"{_delta(r['val_loss'], dense['val_loss']) if dense and r is not dense else '-'} | "
+                   f"{cell(r['status'])} |")
     return out
 
 
@@ -70,8 +72,8 @@ def sweep(found: list[tuple[str, dict[str, Any]]], default: str) -> list[str]:
     base = dict(found).get(default)
     out = ["| setting | run | val loss | Δ vs default | status |", "|---|---|---|---|---|"]
     for label, r in found:
-        out.append(f"| {label} | `{r['name']}` | {_loss(r)} | {_delta(r['val_loss'], base['val_loss']) if base else '-'} | "
-                   f"{r['status']} |")
+        out.append(f"| {cell(label)} | {code(r['name'])} | {_loss(r)} | "
+                   f"{_delta(r['val_loss'], base['val_loss']) if base else '-'} | {cell(r['status'])} |")
     return out
 
 
@@ -83,7 +85,7 @@ def seeds(found: list[tuple[str, dict[str, Any]]]) -> list[str]:
         values = [v for _, v in runs]
         std = f"{statistics.stdev(values):.4f}" if len(values) > 1 else "-"
         mean = f"{statistics.mean(values):.4f}" if values else "-"
-        out.append(f"| {model} | {', '.join(s for s, _ in runs) or '-'} | "
+        out.append(f"| {model} | {cell(', '.join(s for s, _ in runs) or '-')} | "
                    f"{', '.join(f'{v:.4f}' for v in values) or '-'} | {mean} | {std} |")
     return out
 

@@ -10,13 +10,14 @@ OUT/grid.{md,csv,json} (rgpt_dist.eval.grid) and OUT/early_exit.png. No torch im
 from __future__ import annotations
 
 import dataclasses
-import json
 import statistics
 from pathlib import Path
 from typing import Any
 
-from rgpt_dist.eval.grid import summarize, write_table
 from rgpt_dist.config.flavours import FLAVOURS
+from rgpt_dist.eval import strict_json
+from rgpt_dist.eval.grid import summarize, write_table
+from rgpt_dist.eval.markdown import cell, code
 from rgpt_dist.models.spec import families, spec_for
 
 CELL = "small-isoflops"
@@ -121,7 +122,7 @@ def report(out_dir: str | Path, runs: list[Run]) -> dict[str, Path]:
     table = [rows[run.name] for run in runs if run.name in rows]
     paths = dict(zip(("grid_md", "grid_csv", "grid_json"), write_table(table, out_dir)))
     spread = seed_spread(table)
-    (out_dir / "compare.json").write_text(json.dumps({"runs": table, "seed_spread": spread}, indent=1) + "\n")
+    (out_dir / "compare.json").write_text(strict_json.dumps({"runs": table, "seed_spread": spread}, indent=1) + "\n")
     (out_dir / "compare.md").write_text(markdown(table, spread))
     plot_early_exit(table, out_dir / "early_exit.png")
     return {**paths, "md": out_dir / "compare.md", "json": out_dir / "compare.json", "png": out_dir / "early_exit.png"}
@@ -144,11 +145,12 @@ def markdown(rows: list[dict[str, Any]], spread: dict[str, Any] | None) -> str:
         delta = "" if r["delta_vs_dense"] is None else f"{r['delta_vs_dense']:+.4f}"
         loss = "" if r["val_loss"] is None else f"{r['val_loss']:.4f}"
         gflops = "" if r["train_flops_per_token"] is None else f"{r['train_flops_per_token'] / 1e9:.4f}"
-        lines.append(f"| {r['method']} | `{r['name']}` | {r['layout']} | {(r['params'] or 0) / 1e6:.2f}M | {gflops} | "
-                     f"{r['tokens_seen'] or 0:,} | {loss} | {delta} | {r['early_exit_str'] or ''} | {r['status']} |")
+        lines.append(f"| {cell(r['method'])} | {code(r['name'])} | {cell(r['layout'])} | "
+                     f"{(r['params'] or 0) / 1e6:.2f}M | {gflops} | {r['tokens_seen'] or 0:,} | {loss} | {delta} | "
+                     f"{cell(r['early_exit_str'] or '')} | {cell(r['status'])} |")
     text = head + "\n".join(lines) + "\n"
     if spread:
-        seeds = ", ".join(f"`{name}` {loss:.4f}" for name, loss in spread["runs"].items())
+        seeds = ", ".join(f"{code(name)} {loss:.4f}" for name, loss in spread["runs"].items())
         text += (f"\nSeed spread ({SPREAD_FAMILY}): {seeds}; mean {spread['mean']:.4f}, max - min "
                  f"{spread['range']:.4f}. Differences between methods smaller than this are within "
                  f"run-to-run noise.\n")

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
-import json
 import math
 from pathlib import Path
 from typing import Callable, Iterable
@@ -33,7 +32,22 @@ from typing import Callable, Iterable
 import torch
 import torch.nn.functional as F
 
+from rgpt_dist.eval import strict_json
+
 GATE_KEYS = ("gate_mean", "gate_std", "gate_hi", "gate_lo")
+
+
+def nonfinite_weights(model: torch.nn.Module) -> str | None:
+    """None when every parameter and buffer is finite, else a sentence naming them ("the weights are
+    not finite: 2 of 31 tensors hold NaN or inf (a.weight, b.bias)"). Every report of a model whose
+    weights are not finite says so: its losses and statistics are undefined, not a finding."""
+    tensors = [(name, t) for name, t in (*model.named_parameters(), *model.named_buffers())
+               if t.is_floating_point()]
+    bad = [name for name, t in tensors if not bool(torch.isfinite(t).all())]
+    if not bad:
+        return None
+    names = ", ".join(bad[:5]) + (f", ... ({len(bad) - 5} more)" if len(bad) > 5 else "")
+    return f"the weights are not finite: {len(bad)} of {len(tensors)} tensors hold NaN or inf ({names})"
 STEP_FIELDS = ("loss", "kl_to_final") + GATE_KEYS + ("update_ratio", "fixed_point_delta")
 
 
@@ -165,9 +179,12 @@ class Diagnostics:
     update_ratio: list[float | None]
     fixed_point_delta: list[float | None]
     cka: list[list[float]]
+    problem: str | None = None
+    """None, or why some numbers are undefined (NaN, written as null): the weights or the activations
+    are not finite"""
 
     def to_json(self, path: str | Path | None = None) -> str:
-        text = json.dumps(dataclasses.asdict(self), indent=1)
+        text = strict_json.dumps(dataclasses.asdict(self), indent=1)
         if path is not None:
             Path(path).write_text(text)
         return text
@@ -232,7 +249,11 @@ def diagnose(model, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], r: int
         _accumulate_batch(model, x, y, r, sums, cka_stats)
     if sums.n_tokens == 0:
         raise ValueError("no batches given")
-    return _finish(sums, r, cka_stats)
+    result = _finish(sums, r, cka_stats)
+    result.problem = nonfinite_weights(model)
+    if result.problem is None and not all(math.isfinite(v) for v in result.loss + result.kl_to_final):
+        result.problem = "the activations are not finite: losses overflow to NaN or inf (the weights are finite)"
+    return result
 
 
 def figure(size: tuple[float, float]):
@@ -287,8 +308,8 @@ def _plot_cka(matrix: list[list[float]], path: Path) -> Path:
 
 
 def label(token: str) -> str:
-    """A token string safe as a tick label: newlines shown as \\n, no mathtext."""
-    return token.replace("\n", "\\n").replace("$", "\\$") or "''"
+    """A token string safe as a tick label: line breaks shown as \\n and \\r, no mathtext."""
+    return token.replace("\n", "\\n").replace("\r", "\\r").replace("$", "\\$") or "''"
 
 
 @torch.no_grad()

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from rgpt_dist.config import FLAVOURS, load_config
+from rgpt_dist.eval import strict_json
+from rgpt_dist.eval import markdown as mdtext
 from rgpt_dist.flops import report
 from rgpt_dist.models.spec import families, spec_for
 
@@ -49,9 +51,21 @@ def summarize(runs_dir: str | Path, stale_after_s: float | None = 3600.0) -> lis
     if not runs_dir.is_dir():
         raise FileNotFoundError(f"{runs_dir} is not a directory")
     dirs = [runs_dir] if _is_run(runs_dir) else sorted(p for p in runs_dir.iterdir() if p.is_dir() and _is_run(p))
-    rows = [summarize_run(d, stale_after_s) for d in dirs]
+    rows = [_summarize_or_fail(d, stale_after_s) for d in dirs]
     _add_dense_comparison(rows)
     return sorted(rows, key=_order)
+
+
+def _summarize_or_fail(run_dir: Path, stale_after_s: float | None) -> dict[str, Any]:
+    """summarize_run, or a failed row naming the error: whatever one run directory holds, the grid
+    of the others is still written (summarize_run checks what it reads; this is the last guard)."""
+    try:
+        return summarize_run(run_dir, stale_after_s)
+    except (OSError, ValueError, TypeError, KeyError, ArithmeticError, RecursionError) as e:
+        row = {k: None for k in COLUMNS}
+        row.update(name=run_dir.name, cell=run_dir.name, run_dir=str(run_dir), status=FAILED, progress="?",
+                   problem=f"{run_dir}: unreadable run ({type(e).__name__}: {str(e)[:300]})")
+        return row
 
 
 def _is_run(path: Path) -> bool:
@@ -89,26 +103,66 @@ def _load_config(path: Path, problems: list[str]):
         return None
 
 
+MAX_RECORD_BYTES = 1 << 20
+"""A metrics.jsonl line longer than this (1 MiB; the trainer's records are < 1 KiB) is skipped
+unparsed: a hostile file with one endless line must not be read into memory whole."""
+_NUMBER_FIELDS = ("loss", "val_loss")
+MAX_COUNT = 10 ** 18  # steps and tokens beyond this are not a run's (and overflow a float's product)
+
+
 def _read_metrics(path: Path, problems: list[str]) -> list[dict[str, Any]] | None:
-    """The records of metrics.jsonl (None when the file is missing); a corrupt line is skipped and
-    reported as path:line."""
+    """The records of metrics.jsonl (None when the file is missing); a line that is not a record
+    (corrupt JSON, too long or deeply nested, a field of the wrong type) is skipped and reported as
+    path:line, so one damaged or hostile file marks its own run failed and never stops the grid."""
     if not path.is_file():
         return None
     records = []
-    with open(path, errors="replace") as f:
-        for lineno, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        lineno = 0
+        while line := f.readline(MAX_RECORD_BYTES + 1):
+            lineno += 1
+            if len(line) > MAX_RECORD_BYTES and not line.endswith(b"\n"):
+                while (rest := f.readline(MAX_RECORD_BYTES)) and not rest.endswith(b"\n"):
+                    pass  # drain the rest of the over-long line in bounded pieces
+                problems.append(f"{path}:{lineno}: record longer than {MAX_RECORD_BYTES} bytes, skipped")
+                continue
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                problems.append(f"{path}:{lineno}: corrupt record ({e.msg})")
-                continue
-            if not isinstance(record, dict) or not isinstance(record.get("step"), int):
-                problems.append(f"{path}:{lineno}: record without an integer step")
-                continue
-            records.append(record)
+            record, problem = _parse_record(line.decode("utf-8", errors="replace"))
+            if problem:
+                problems.append(f"{path}:{lineno}: {problem}")
+            else:
+                records.append(record)
     return records
+
+
+def _parse_record(line: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(record, None) or (None, what is wrong with the line)."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as e:
+        return None, f"corrupt record ({e.msg})"
+    except (RecursionError, ValueError):  # nesting beyond the parser's stack; an integer of > 4300 digits
+        return None, "corrupt record (nested too deeply or a number too long)"
+    if not isinstance(record, dict) or not _is_int(record.get("step")):
+        return None, "record without an integer step"
+    wrong = [k for k in _NUMBER_FIELDS if k in record and not _is_number(record[k])]
+    wrong += [k for k in ("step", "tokens") if record.get(k) is not None and not (_is_int(record[k]) and
+                                                                                 0 <= record[k] <= MAX_COUNT)]
+    curve = record.get("early_exit")
+    if curve is not None and not (isinstance(curve, list) and all(v is None or _is_number(v) for v in curve)):
+        wrong.append("early_exit")
+    if wrong:
+        return None, f"record with {', '.join(wrong)} of the wrong type or out of range"
+    return record, None
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _identity(name: str, cfg) -> dict[str, Any]:
@@ -239,7 +293,7 @@ def write_table(rows: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:
         for row in rows:
             flat = {**row, "early_exit": row.get("early_exit_str"), "flags": "; ".join(row.get("flags") or [])}
             writer.writerow({k: "" if v is None else v for k, v in flat.items()})
-    js.write_text(json.dumps(rows, indent=2) + "\n")
+    js.write_text(strict_json.dumps(rows, indent=2) + "\n")
     return [md, csv_path, js] + ([out_dir / "ablations.md"] if ablations is not None else [])
 
 
@@ -278,29 +332,30 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     rest = [r for r in rows if r["name"] not in placed]
     if rest:
         out += ["## Other runs", "", *_md_table([_md_row(r) for r in rest]), ""]
-    problems = [f"- `{r['name']}` ({r['status']}): {r['problem']}" for r in every if r["problem"]]
+    problems = [f"- {mdtext.code(r['name'])} ({r['status']}): {mdtext.cell(r['problem'])}"
+                for r in every if r["problem"]]
     if problems:
         out += ["## Problems", "", *problems, ""]
     return "\n".join(out)
 
 
 def _md_table(body: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(c) + " |" for c in [_HEADER, ["---"] * len(_HEADER), *body]]
+    return ["| " + " | ".join(c) + " |" for c in [_HEADER, ["---"] * len(_HEADER), *body]]  # cells escaped by _md_row
 
 
 def _md_row(r: dict[str, Any]) -> list[str]:
     model = f"{r['method']} {r['scale'] or ''}".strip() + (" baseline" if r["setting"] == "dense" else "")
-    model = f"{model} (`{r['name']}`)" if r["method"] else f"`{r['name']}`"
+    model = f"{mdtext.cell(model)} ({mdtext.code(r['name'])})" if r["method"] else mdtext.code(r["name"])
     params = "-" if r["params"] is None else f"{_si(r['params'])} ({_si(r['params_no_embedding'])})"
     paper = "-"
     if r["paper_params"] is not None or r["paper_val_loss"] is not None:
         note = r.get("paper_params_note") or ""
         paper = f"{_si(r['paper_flops_fwd'])}, {_si(r['paper_params'])}{note}, {_fmt(r['paper_val_loss'], '.2f')}"
     blocks = "-" if r["unique_blocks"] is None else str(r["unique_blocks"])
-    return [model, r["layout"] or "-", blocks, r["budget"] or "-",
+    return [model, mdtext.cell(r["layout"]), blocks, mdtext.cell(r["budget"]),
             _si(r["fwd_flops_per_token"]), params, _si(r["train_flops_total"]), _fmt(r["val_loss"], ".4f"),
-            _fmt(r["delta_vs_dense"], "+.4f"), paper, r["early_exit_str"] or "-",
-            f"{r['status']} {r['progress']}"]
+            _fmt(r["delta_vs_dense"], "+.4f"), mdtext.cell(paper), mdtext.cell(r["early_exit_str"]),
+            mdtext.cell(f"{r['status']} {r['progress']}")]
 
 
 def _si(x: float | None) -> str:

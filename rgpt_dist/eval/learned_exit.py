@@ -4,11 +4,11 @@ spend, per threshold q. Written by `rgpt-eval curve` beside the fixed-depth curv
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 
 import torch
 
+from rgpt_dist.eval import strict_json
 from rgpt_dist.models.spec import spec_for
 
 
@@ -51,5 +51,5 @@ def write_threshold_exits(rows: list[dict], out_dir: Path) -> list[Path]:
         writer = csv.DictWriter(f, fieldnames=list(flat[0]))
         writer.writeheader()
         writer.writerows(flat)
-    paths[1].write_text(json.dumps(rows, indent=1) + "\n")
+    paths[1].write_text(strict_json.dumps(rows, indent=1) + "\n")  # NaN -> null
     return paths

@@ -143,3 +143,48 @@ BOUNDS_DOCUMENTED = [(TrainConfig, "seq_len", "2^20"), (TrainConfig, "micro_batc
 def test_each_bound_is_in_its_field_docstring(cls, field, bound):
     assert bound in field_docs(cls)[field]
 
+
+
+# ---- YAML aliases: a "billion laughs" document is refused before any value is built -----------
+def _laughs(levels: int = 9, width: int = 10) -> str:
+    """a: 10 strings; b: 10 x a; ...: `levels` levels of aliases expand to width**levels strings."""
+    names = [f"l{i}" for i in range(levels)]
+    text = f"{names[0]}: &{names[0]} [{', '.join(['lol'] * width)}]\n"
+    for prev, name in zip(names, names[1:]):
+        text += f"{name}: &{name} [{', '.join(['*' + prev] * width)}]\n"
+    return text + f"log:\n  name: *{names[-1]}\n"
+
+
+def test_an_alias_bomb_config_is_refused_fast_in_bounded_memory(tmp_path, capsys):
+    import time
+    import tracemalloc
+
+    from launcher.train import main
+    bomb = tmp_path / "laughs.yaml"
+    bomb.write_text(_laughs())
+    tracemalloc.start()
+    start = time.perf_counter()
+    try:
+        message = _error(bomb)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert time.perf_counter() - start < 2 and peak < 20 << 20
+    assert f"config file {bomb} is not valid YAML" in message
+    assert "expands to more than 100000 nodes through aliases (*name): refusing to load it" in message
+    assert len(message) < 1000 and "lol, lol, lol, lol, lol" not in message  # the value is never printed
+    assert main([str(bomb)]) == 2
+    err = capsys.readouterr().err
+    assert f"config file {bomb} is not valid YAML" in err and len(err) < 1000
+
+
+def test_a_recursive_alias_and_a_bomb_in_an_override_are_refused(tmp_path):
+    loop = tmp_path / "loop.yaml"
+    loop.write_text("log:\n  name: &n [a, *n]\n")
+    assert "an alias refers to the value that contains it (a recursive value)" in _error(loop)
+    small = "[" + ", ".join(["&x [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]"] + ["*x"] * 9) + "]"  # 110 nodes: fine,
+    message = _error("recurrentgpt-debug", [f"log.name={small}"])             # and printed cut short
+    assert "log.name=[[1, 2, 3, 4, 5, 6, 7, 8, ...], [1, 2, 3" in message and len(message) < 500
+    flow = "{" + ", ".join(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}" if i else "lol"] * 10) + "]"
+                           for i in range(9)) + "}"  # the same bomb in flow style, on one line
+    assert "expands to more than 100000 nodes" in _error("recurrentgpt-debug", [f"log.name={flow}"])

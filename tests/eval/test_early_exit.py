@@ -92,3 +92,60 @@ def test_cli_curve_and_diagnostics(export_dir, tmp_path, capsys):
     assert {"diagnostics.json", "diagnostics.csv", "cka.png", "gate_heatmap.png"} <= {p.name for p in (tmp_path / "d").iterdir()}
     assert main(["curve", str(tmp_path / "nothing"), "--out", str(tmp_path / "x")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+# ---- an export whose weights are not finite: reports that say so, strict JSON, no LinAlgError ----
+def _strict_json(path):
+    def refuse(token):
+        raise ValueError(f"{path}: non-strict JSON token {token}")
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+@pytest.fixture(scope="module", params=["nan", "inf"])
+def nonfinite_export(request, tmp_path_factory, dataset):
+    """The export_dir model with one NaN (in the recurrence's projection) or one inf (in the embedding)."""
+    from rgpt_dist.export.native import write_native
+
+    cfg = RecurrentGPTConfig(n_pre=1, n_rec=1, n_coda=1, n_loops=2, vocab_size=50257, block_size=64, d_model=32,
+                             n_head=4)
+    sd = perturbed(build_model(cfg, seed=0)).state_dict()
+    name = "recurrence.proj_h.weight" if request.param == "nan" else "embed.wte.weight"
+    sd[name][0, 0] = float(request.param)
+    root = tmp_path_factory.mktemp(f"nonfinite-{request.param}")
+    meta = {"step": 7, "data": {"paths": [str(dataset)], "val_split": "val", "seq_len": 32}}
+    write_native(sd, cfg, root / "exp" / "native", torch.float32, meta)
+    return root / "exp", name
+
+
+def test_nonfinite_weights_give_reports_that_name_them(nonfinite_export, tmp_path, capsys):
+    from launcher.eval import main
+
+    exp, bad = nonfinite_export
+    small = ["--batches", "1", "--batch-size", "2"]
+    assert main(["curve", str(exp), "--out", str(tmp_path / "c"), *small]) == 0
+    rows = _strict_json(tmp_path / "c" / "early_exit.json")  # NaN losses are written as null
+    assert [r["problem"] for r in rows] == [f"the weights are not finite: 1 of 51 tensors hold NaN or inf ({bad})"] * 5
+    assert bad == "embed.wte.weight" or all(r["loss"] is None for r in rows[1:])  # NaN from step 1 on
+    assert main(["diagnostics", str(exp), "--out", str(tmp_path / "d"), *small]) == 0
+    assert bad in _strict_json(tmp_path / "d" / "diagnostics.json")["problem"]
+    assert main(["diagnostics", str(exp), "--all", "--out", str(tmp_path / "a"), *small]) == 0
+    out = capsys.readouterr()
+    assert f"every analysis skipped: the weights are not finite: 1 of 51 tensors hold NaN or inf ({bad})" in out.out
+    report = (tmp_path / "a" / "report.md").read_text()
+    assert f"every analysis skipped: the weights are not finite" in report and bad in report
+    assert "Traceback" not in out.err and "LinAlgError" not in out.err
+
+
+def test_depths_beyond_16x_the_trained_depth_or_negative_are_refused(export_dir, tmp_path, capsys):
+    from launcher.eval import main
+
+    model = perturbed(build_model(RecurrentGPTConfig(n_pre=1, n_rec=1, n_coda=1, n_loops=3, **SMALL), seed=0))
+    batches = random_batches(n=1)
+    with pytest.raises(ValueError, match=r"depths \[-1\] are outside 0\.\.48 \(16 x the trained depth R = 3"):
+        early_exit_curve(model, batches, [-1, 2])  # -1 would silently read the deepest exit
+    with pytest.raises(ValueError, match=r"depths \[1000000000\] are outside 0\.\.48"):
+        early_exit_curve(model, batches, [0, 10 ** 9])
+    assert [r["depth"] for r in early_exit_curve(model, batches, [48])] == [48]  # the bound itself runs
+    exp, _ = export_dir
+    assert main(["curve", str(exp), "--depths", "0,1000000000", "--out", str(tmp_path / "c")]) == 2
+    assert "depths [1000000000] are outside 0..32 (16 x the trained depth R = 2" in capsys.readouterr().err

@@ -236,3 +236,116 @@ def test_ablation_runs_get_their_own_tables_with_deltas(tmp_path):
     assert "| recurrentgpt | seed123, seed1337, seed42 | 3.1300, 3.1400, 3.1500 | 3.1400 | 0.0100 |" in text
     grid_md = (tmp_path / "out" / "grid.md").read_text()
     assert "8 ablation runs: see ablations.md." in grid_md and "ablation-fig5" not in grid_md
+
+
+# ---- hostile run directories: the bad run is reported, the others' tables are written --------
+HOSTILE_LINES = [
+    '{"step": 5, "val_loss": "abc"}',                         # 1: a loss that is a string
+    '{"step": 6, "early_exit": "xyz"}',                       # 2: a curve that is not a list
+    '{"step": 7, "early_exit": [1.0, "two"]}',                # 3: a curve with a string
+    '{"step": true, "loss": 1.0}',                            # 4: a bool step
+    "[" * 100_000 + "]" * 100_000,                            # 5: nested beyond the parser's stack
+    '{"step": ' + "9" * 5000 + "}",                           # 6: an integer beyond int()'s digit limit
+    '{"step": ' + "9" * 40 + ', "loss": 1.0}',                # 7: a step no run has
+    '{"step": 9, "loss": 1.0, "pad": "' + "x" * (1 << 20) + '"}',  # 8: a line over 1 MiB
+    '{"step": 10, "val_loss": NaN, "early_exit": [Infinity, 3.0]}',  # 9: non-finite numbers (accepted)
+]
+
+
+def _strict(text: str):
+    """json.loads refusing NaN / Infinity tokens (what a non-Python reader does)."""
+    def refuse(token):
+        raise ValueError(f"non-strict JSON token {token}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_hostile_metrics_lines_are_reported_by_line_and_the_grid_still_written(tmp_path, capsys):
+    from launcher.eval import main
+
+    root = tmp_path / "runs"
+    make_run(root, "gpt2-small-20k", "gpt2-debug", train_records(100) + [{"step": 100, "val_loss": 3.0}])
+    bad = make_run(root, "recurrentgpt-small-isoflops-20k", "recurrentgpt-debug", train_records(20),
+                   lines=HOSTILE_LINES)
+    start = time.perf_counter()
+    assert main(["grid", str(root), "--out", str(tmp_path / "out")]) == 0
+    assert time.perf_counter() - start < 30
+    rows = by_name(_strict((tmp_path / "out" / "grid.json").read_text()))
+    assert rows["gpt2-small-20k"]["status"] == FINISHED and rows["gpt2-small-20k"]["val_loss"] == 3.0
+    row, path = rows["recurrentgpt-small-isoflops-20k"], bad / "metrics.jsonl"
+    assert row["status"] == FAILED and row["steps_done"] == 20
+    at = {n: f"{path}:{n + 2}: " for n in range(1, 10)}  # HOSTILE_LINES follow two good records
+    for n in (1, 2, 3, 7):
+        assert at[n] + "record with " in row["problem"]
+    assert at[4] + "record without an integer step" in row["problem"]
+    assert at[5] + "corrupt record (nested too deeply or a number too long)" in row["problem"]
+    assert at[6] + "corrupt record" in row["problem"]
+    assert at[8] + "record longer than 1048576 bytes, skipped" in row["problem"]
+    assert at[9] not in row["problem"] and row["val_loss"] is None and row["early_exit"] == [None, 3.0]
+    md = (tmp_path / "out" / "grid.md").read_text()
+    assert "`gpt2-small-20k`" in md and at[8] + "record longer" in md and len(md) < 20_000
+
+
+def test_a_run_that_cannot_be_summarized_is_one_failed_row(tmp_path, monkeypatch):
+    import rgpt_dist.eval.grid as grid_module
+    root = tmp_path / "runs"
+    make_run(root, "gpt2-small-20k", "gpt2-debug", train_records(100))
+    make_run(root, "gpt2-medium-20k", "gpt2-debug", train_records(100))
+    real = grid_module.summarize_run
+
+    def flaky(run_dir, stale_after_s=3600.0):
+        if Path(run_dir).name == "gpt2-medium-20k":
+            raise OSError(5, "Input/output error")
+        return real(run_dir, stale_after_s)
+    monkeypatch.setattr(grid_module, "summarize_run", flaky)
+    rows = by_name(summarize(root))
+    assert rows["gpt2-small-20k"]["status"] == FINISHED
+    bad = rows["gpt2-medium-20k"]
+    assert bad["status"] == FAILED and "unreadable run (OSError: [Errno 5] Input/output error)" in bad["problem"]
+    assert "gpt2-medium-20k" in markdown(list(rows.values()))
+
+
+def _tables(md: str) -> list[list[str]]:
+    """Each Markdown table of `md`: its consecutive lines starting with '|'."""
+    tables, current = [], []
+    for line in md.splitlines() + [""]:
+        if line.startswith("|"):
+            current.append(line)
+        elif current:
+            tables, current = tables + [current], []
+    return tables
+
+
+def _cells(line: str) -> int:
+    """Cell borders a Markdown renderer sees: pipes not escaped by a backslash."""
+    return sum(1 for i, c in enumerate(line) if c == "|" and (i == 0 or line[i - 1] != "\\"))
+
+
+def test_pipes_and_line_breaks_in_names_and_problems_cannot_break_the_tables(tmp_path):
+    from rgpt_dist.eval.ablation_table import markdown as ablation_markdown
+    root = tmp_path / "runs"
+    make_run(root, "gpt2-small-20k", "gpt2-debug", train_records(100) + [{"step": 100, "val_loss": 3.0}])
+    make_run(root, "gpt2-small|evil\n| x | y |-20k", "gpt2-debug", train_records(100), lines=["{bad|json"])
+    make_run(root, "ablation-fig5-2|x\n| a |", "gpt2-debug", train_records(100) + [{"step": 100, "val_loss": 3.1}])
+    rows = summarize(root)
+    for text in (markdown(rows), ablation_markdown(rows)):
+        tables = _tables(text)
+        assert tables and all(_cells(line) == _cells(t[0]) for t in tables for line in t)
+    md = markdown(rows)
+    assert "gpt2-small&#124;evil &#124; x &#124; y &#124;-20k" in md
+    assert "2&#124;x &#124; a &#124;" in ablation_markdown(rows)
+    problems = md.split("## Problems")[1]
+    assert "corrupt record" in problems and not any(line.startswith("| x") for line in md.splitlines())
+
+
+def test_an_alias_bomb_config_yaml_fails_its_run_only(tmp_path):
+    from tests.config.test_config_edges import _laughs
+    root = tmp_path / "runs"
+    make_run(root, "gpt2-small-20k", "gpt2-debug", train_records(100))
+    bomb = make_run(root, "gpt2-medium-20k", None, train_records(10))
+    (bomb / "config.yaml").write_text(_laughs())
+    start = time.perf_counter()
+    rows = by_name(summarize(root))
+    assert time.perf_counter() - start < 10 and rows["gpt2-small-20k"]["status"] == FINISHED
+    bad = rows["gpt2-medium-20k"]
+    assert bad["status"] == FAILED and f"{bomb / 'config.yaml'}: ConfigError" in bad["problem"]
+    assert "expands to more than 100000 nodes through aliases" in bad["problem"] and len(bad["problem"]) < 1000

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -249,3 +250,25 @@ def test_scoring_forwards_build_no_cache_and_generation_still_caches(offline, tm
         seq = hf.generate(idx, attention_mask=torch.ones_like(idx), max_new_tokens=5, do_sample=False,
                           pad_token_id=0, use_cache=True)
     assert torch.equal(seq, generate(native, idx, 5, strategy="full"))
+
+
+@pytest.mark.parametrize("edit,message", [
+    ({"r_eval": 10 ** 9}, "r_eval=1000000000: this model has no depth beyond 48"),  # 16 x R = 3
+    ({"n_loops": 10 ** 9, "r_eval": 10 ** 9}, "n_loops=1000000000 must be <= 1024"),
+])
+def test_an_export_whose_r_eval_is_far_beyond_its_training_depth_is_refused(edit, message, offline, tmp_path,
+                                                                             capsys):
+    """A crafted config.json must not make rgpt-eval run 10^9 recurrence steps per token: r_eval is
+    bounded by 16 x the trained depth R (and R by training's 1024); explicit depths within it still run."""
+    from launcher.eval import main
+    from rgpt_dist.export.hf_looped_writer import write_hf_looped
+    from rgpt_dist.export.tokenizer_files import write_tokenizer
+
+    hf_dir = write_hf_looped(build_model(RECURRENT, seed=0).state_dict(), RECURRENT, tmp_path / "exp" / "hf")
+    write_tokenizer(hf_dir, model_max_length=RECURRENT.block_size)
+    config = json.loads((hf_dir / "config.json").read_text())
+    (hf_dir / "config.json").write_text(json.dumps({**config, **edit}))
+    start = time.perf_counter()
+    assert main(["lm-eval", str(tmp_path / "exp"), "--limit", "2", "--out", str(tmp_path / "out")]) == 2
+    assert time.perf_counter() - start < 60
+    assert message in capsys.readouterr().err

@@ -102,3 +102,32 @@ def test_grid_costs_every_trained_run_and_totals_them(capsys):
     assert main(["--grid", "--budget", "20k"]) == 0
     total = sum(r["gpu_hours"] for r in rows if r["budget"] == "20k")
     assert f"whole grid at 20k: {len(rows) // 2} runs, {total:,.0f} GPU-hours" in capsys.readouterr().out
+
+
+BAD_SIZES = [
+    (["--seq-len", "0"], "argument --seq-len: 0 must be > 0"),
+    (["--seq-len", "-5"], "argument --seq-len: -5 must be > 0"),
+    (["--solve", "n_loops", "--n-rec", "0"], "argument --n-rec: 0 must be > 0"),
+    (["--solve", "n_rec", "--n-loops", "-2"], "argument --n-loops: -2 must be > 0"),
+    (["--solve", "n_loops", "--n-pre", "-1", "--n-rec", "5"], "argument --n-pre: -1 must be >= 0"),
+    (["--solve", "n_loops", "--n-coda", "-1", "--n-rec", "5"], "argument --n-coda: -1 must be >= 0"),
+    (["--budget", "0"], "'0' is not 20k, 40k, Nk or a positive step count"),
+    (["--budget=-3k"], "'-3k' is not 20k, 40k, Nk or a positive step count"),
+    (["--budget", "20k", "--tokens-per-step", "0"], "argument --tokens-per-step: 0 must be > 0"),
+    (["--budget", "20k", "--gpu-peak", "inf"], "argument --gpu-peak: inf must be a finite number"),
+    (["--budget", "20k", "--gpus-per-node", "-8"], "argument --gpus-per-node: -8 must be > 0"),
+    (["gpt2-debug", "--set", "model.d_model=0"], "model.d_model=0 must be > 0"),
+    (["gpt2-debug", "--set", "model.n_layer=-1"], "model.n_layer=-1 must be"),
+    (["gpt2-debug", "--set", "model.n_head=0"], "model.n_head=0 must be > 0"),
+]
+
+
+@pytest.mark.parametrize("argv,message", BAD_SIZES, ids=[" ".join(a) for a, _ in BAD_SIZES])
+def test_zero_or_negative_sizes_exit_2_naming_the_value(argv, message, capsys):
+    try:
+        status = main(argv)
+    except SystemExit as e:  # argparse's own exit for a bad argument
+        status = e.code
+    captured = capsys.readouterr()
+    assert status == 2 and message in captured.err and "Traceback" not in captured.err
+    assert captured.out == ""

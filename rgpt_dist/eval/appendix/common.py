@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 import math
 from pathlib import Path
 from typing import Any, Callable
@@ -21,6 +20,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
+from rgpt_dist.eval import strict_json
 from rgpt_dist.eval.diagnostics import capture, figure, label  # noqa: F401 (figure, label: for the analyses)
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -68,7 +68,7 @@ class Result:
         out.mkdir(parents=True, exist_ok=True)
         j = out / f"{self.name}.json"
         record = {"title": self.title, "summary": self.summary, **self.data}
-        j.write_text(json.dumps(_finite(record), indent=1, allow_nan=False))
+        j.write_text(strict_json.dumps(record, indent=1))
         c = out / f"{self.name}.csv"
         with open(c, "w", newline="") as f:
             if self.rows:
@@ -78,17 +78,13 @@ class Result:
         return [j, c]
 
 
-def _finite(v):
-    """v with tensors as lists and NaN / inf as None (strict JSON has neither)."""
-    if isinstance(v, torch.Tensor):
-        v = v.tolist()
-    if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_finite(x) for x in v]
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
+def svdvals(w: torch.Tensor) -> torch.Tensor:
+    """Singular values of w (m, n), descending, float64; all NaN where w is not finite (LAPACK
+    fails to converge on NaN / inf and raises LinAlgError: an undefined spectrum, not a crash)."""
+    w = w.double()
+    if not bool(torch.isfinite(w).all()):
+        return torch.full((min(w.shape),), float("nan"), dtype=torch.float64, device=w.device)
+    return torch.linalg.svdvals(w)
 
 
 def depth(model, r: int | None) -> int:

@@ -31,14 +31,20 @@ NEEDS: tuple[str, ...] = ()
 
 
 def singular_values_from_gram(gram: torch.Tensor) -> torch.Tensor:
-    """(d, d) Gram X^T X (float64) -> (d,) singular values of X, descending."""
+    """(d, d) Gram X^T X (float64) -> (d,) singular values of X, descending; all NaN when the Gram
+    is not finite (eigvalsh would raise LinAlgError on NaN / inf states)."""
+    if not bool(torch.isfinite(gram).all()):
+        return torch.full(gram.shape[:1], float("nan"), dtype=torch.float64, device=gram.device)
     eig = torch.linalg.eigvalsh(gram.double()).flip(0)                       # descending, (d,)
     tol = gram.shape[0] * torch.finfo(torch.float64).eps * eig[0].clamp(min=0)
     return torch.where(eig > tol, eig, torch.zeros_like(eig)).sqrt()
 
 
 def effective_rank(s: torch.Tensor) -> float:
-    """Roy & Vetterli effective rank of singular values s (k,): exp of the entropy of s / sum(s)."""
+    """Roy & Vetterli effective rank of singular values s (k,): exp of the entropy of s / sum(s);
+    NaN when s is not finite (undefined, not 0)."""
+    if not bool(torch.isfinite(s).all()):
+        return float("nan")
     if not s.sum() > 0:
         return 0.0                                                   # a zero matrix has no directions
     p = s.double() / s.double().sum()

@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rgpt_dist.eval.appendix.common import Context, Result, check_model, figure, save_figure, trace
+from rgpt_dist.eval.appendix.common import Context, Result, check_model, figure, save_figure, svdvals, trace
 
 NAME = "gate_attribution"
 TITLE = "E.7: gate attribution, current state vs prelude anchor, and the W_x / W_h spectra"
@@ -93,8 +93,7 @@ def attribution(model, batches, r: int) -> list[dict[str, float]]:
 def spectra(model) -> dict[str, list[float]]:
     """Singular values (descending) of the gate's first-layer halves W_x = gate_h.weight, W_h = gate_pre.weight."""
     rec = model.recurrence
-    return {"W_x": torch.linalg.svdvals(rec.gate_h.weight.double()).tolist(),
-            "W_h": torch.linalg.svdvals(rec.gate_pre.weight.double()).tolist()}
+    return {"W_x": svdvals(rec.gate_h.weight).tolist(), "W_h": svdvals(rec.gate_pre.weight).tolist()}
 
 
 def run(ctx: Context) -> Result:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rgpt_dist.eval.appendix.common import Context, Result, check_model, figure, save_figure
+from rgpt_dist.eval.appendix.common import Context, Result, check_model, figure, save_figure, svdvals
 
 NAME = "projection"
 TITLE = "E.8: the two W_proj halves (state W_x and anchor W_h)"
@@ -34,7 +34,7 @@ ORTHOGONAL = 0.1    # the summary calls the halves near-orthogonal when |mean ro
 
 def spectrum(w: torch.Tensor) -> dict[str, object]:
     """w: (d_out, d_in) -> singular values, cumulative energy, dims to reach ENERGY, effective rank."""
-    s = torch.linalg.svdvals(w.double())                               # (min(d_out, d_in),)
+    s = svdvals(w)                                                     # (min(d_out, d_in),)
     energy = (s.square().cumsum(0) / s.square().sum())
     p = s / s.sum()
     return {"singular_values": s.tolist(), "energy": energy.tolist(),

@@ -10,23 +10,51 @@ import base64
 import html
 from pathlib import Path
 
+import torch
+
 from rgpt_dist.eval.appendix import ANALYSES, analysis
-from rgpt_dist.eval.appendix.common import Context, Result
+from rgpt_dist.eval.appendix.common import Context, Result, check_model, trace
+from rgpt_dist.eval.diagnostics import nonfinite_weights
+from rgpt_dist.eval.markdown import PIPE
 
 
 def run_all(ctx: Context, names: list[str] | None = None) -> tuple[list[Result], list[str]]:
     """Runs `names` (default: all of ANALYSES) in order; an analysis whose NEEDS are missing from ctx
-    (no dense model, say) is skipped with a reason. Returns (results, skipped reasons)."""
+    (no dense model, say) is skipped with a reason. A model whose weights or first-batch states are not
+    finite has no analysis run: the one skipped reason says which (the report leads with it).
+    Returns (results, skipped reasons)."""
     modules = [analysis(name) for name in names or list(ANALYSES)]   # unknown names refused before any work
     ctx.out.mkdir(parents=True, exist_ok=True)
+    undefined = _not_finite(ctx)
+    if undefined:  # every statistic would be NaN (or LAPACK would fail on it): say so instead
+        return [], [f"every analysis skipped: {undefined}"]
+    dense = nonfinite_weights(ctx.dense) if ctx.dense is not None else None
     results, skipped = [], []
     for module in modules:
         missing = [n for n in module.NEEDS if getattr(ctx, n) is None]
         if missing:
             skipped.append(f"{module.TITLE}: skipped, needs {', '.join(missing)}")
-            continue
-        results.append(module.run(ctx))
+        elif dense and "dense" in module.NEEDS:
+            skipped.append(f"{module.TITLE}: skipped, the dense model's {dense.removeprefix('the ')}")
+        else:
+            results.append(module.run(ctx))
     return results, skipped
+
+
+@torch.no_grad()
+def _not_finite(ctx: Context) -> str | None:
+    """Why the analysed model's numbers are undefined: non-finite weights (named), or states h^(i) of
+    the first batch that overflow to NaN / inf with finite weights; None when all is finite."""
+    weights = nonfinite_weights(ctx.model)
+    if weights:
+        return weights
+    r = check_model(ctx.model, ctx.r)
+    states = trace(ctx.model, ctx.batches[0][0], r).h
+    bad = [i for i, h in enumerate(states) if not bool(torch.isfinite(h).all())]
+    if bad:
+        return (f"the activations are not finite: the state h^({bad[0]}) of the first batch holds NaN or inf "
+                f"(the weights are finite)")
+    return None
 
 
 def write_report(results: list[Result], out: Path, header: str, skipped: list[str] = ()) -> list[Path]:
@@ -53,6 +81,11 @@ def _paragraphs(lines: list[str]) -> list[str]:
     return out
 
 
+def _text(markdown: str) -> str:
+    """Markdown text as HTML text: the pipes rgpt_dist.eval.markdown wrote as &#124; back as '|'."""
+    return html.escape(markdown.replace(PIPE, "|"))
+
+
 def _html(md: list[str], out: Path) -> str:
     """A minimal rendering of the report's markdown: headings, tables, images (embedded), text."""
     body, table = [], []
@@ -60,7 +93,7 @@ def _html(md: list[str], out: Path) -> str:
     def flush():
         if table:
             rows = [r for r in table if not set(r.replace("|", "").strip()) <= set("-: ")]
-            cells = [[html.escape(c.strip()) for c in r.strip().strip("|").split("|")] for r in rows]
+            cells = [[_text(c.strip()) for c in r.strip().strip("|").split("|")] for r in rows]
             head = "".join(f"<th>{c}</th>" for c in cells[0])
             rest = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in cells[1:])
             body.append(f"<table><tr>{head}</tr>{rest}</table>")
@@ -73,13 +106,13 @@ def _html(md: list[str], out: Path) -> str:
         flush()
         if line.startswith("#"):
             level = len(line) - len(line.lstrip("#"))
-            body.append(f"<h{level}>{html.escape(line[level:].strip())}</h{level}>")
+            body.append(f"<h{level}>{_text(line[level:].strip())}</h{level}>")
         elif line.startswith("![") and line.endswith(")"):
             name = line[line.index("(") + 1: -1]
             data = base64.b64encode((out / name).read_bytes()).decode()
             body.append(f'<p><img alt="{html.escape(name)}" src="data:image/png;base64,{data}"></p>')
         elif line:
-            body.append(f"<p>{html.escape(line)}</p>")
+            body.append(f"<p>{_text(line)}</p>")
     flush()
     style = "body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}" \
             "td,th{border:1px solid #ccc;padding:2px 6px;font-size:12px}img{max-width:100%}"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from rgpt_dist.eval.appendix.common import Context, Result, check_model, exit_logits, figure, label, save_figure, trace
+from rgpt_dist.eval.markdown import cell
 
 NAME = "top_tokens"
 TITLE = "Fig. 4: per-step top-token probabilities for a prompt"
@@ -50,9 +51,9 @@ def run(ctx: Context) -> Result:
             "top_tokens": [[name(i) for i in ids] for ids in t["top_ids"]]}
     rows = [{"step": i, "rank": j + 1, "token_id": tid, "token": name(tid), "prob": p}
             for i, (ids, ps) in enumerate(zip(t["top_ids"], t["top_probs"])) for j, (tid, p) in enumerate(zip(ids, ps))]
-    final = name(t["final_top_ids"][0])
+    final = cell(name(t["final_top_ids"][0]))  # decoded tokens may hold '|' or line breaks: escaped
     summary = [f"| step | top-1 | p(top-1) | p({final}) | entropy (nats) |", "|---|---|---|---|---|"]
-    summary += [f"| {i} | {name(ids[0])} | {ps[0]:.3f} | {pf:.3f} | {e:.3f} |" for i, (ids, ps, pf, e) in
+    summary += [f"| {i} | {cell(name(ids[0]))} | {ps[0]:.3f} | {pf:.3f} | {e:.3f} |" for i, (ids, ps, pf, e) in
                 enumerate(zip(t["top_ids"], t["top_probs"], t["p_final_top1"], t["entropy"]))]
     settled = next(i for i in range(r + 1) if all(ids[0] == t["final_top_ids"][0] for ids in t["top_ids"][i:]))
     summary.append(f"The final prediction {final} is the top-1 token from step {settled} on; its probability goes "

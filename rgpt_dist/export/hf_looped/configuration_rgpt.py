@@ -39,6 +39,19 @@ def check_r_eval(value, deepest=None) -> int:
     return depth
 
 
+MAX_DEPTH_FACTOR, MAX_LOOPS = 16, 1024
+"""r_eval is at most 16 x the trained depth R (n_loops, itself <= 1024 as in training) or the family's
+max_eval_depth, whichever is lower: one forward runs r_eval recurrence steps, so a crafted config.json
+(r_eval = 10**9) must not make a load-and-generate run for ever (rgpt-dist docs/security.md)."""
+
+
+def deepest(fields: dict):
+    """The deepest r_eval a config with these attributes allows (None before n_loops is set)."""
+    bounds = [fields.get("max_eval_depth"), fields.get("n_loops") and MAX_DEPTH_FACTOR * fields["n_loops"]]
+    bounds = [b for b in bounds if isinstance(b, int) and not isinstance(b, bool)]
+    return min(bounds) if bounds else None
+
+
 def check_kv_strategy(value, supported=None) -> str:
     """supported: the strategies this family's cache offers (None: all)."""
     if value not in KV_STRATEGIES:
@@ -80,7 +93,7 @@ class RGPTConfig(PretrainedConfig):
         # (PretrainedConfig.from_dict applies those with setattr after __init__) or by hand.
         if key == "r_eval":
             value = self.__dict__.get("n_loops") if value is None else value
-            value = check_r_eval(value, self.__dict__.get("max_eval_depth"))
+            value = check_r_eval(value, deepest(self.__dict__))
         elif key == "kv_strategy":
             value = check_kv_strategy(value, self.__dict__.get("kv_strategies"))
         super().__setattr__(key, value)
@@ -96,6 +109,8 @@ class RGPTConfig(PretrainedConfig):
         problems = [f"{name}={getattr(self, name)!r} must be an integer >= {low}" for name, low in _STRUCTURE.items()
                     if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int)
                     or getattr(self, name) < low]
+        if not problems and self.n_loops > MAX_LOOPS:
+            problems.append(f"n_loops={self.n_loops} must be <= {MAX_LOOPS}")
         if not problems and self.d_model % self.n_head:
             problems.append(f"d_model={self.d_model} is not divisible by n_head={self.n_head}")
         if problems:
@@ -104,7 +119,7 @@ class RGPTConfig(PretrainedConfig):
     def validate_inference(self) -> None:
         """Re-checks every field (the model calls this, so a bad value set after __init__ still fails)."""
         self._check_structure()
-        check_r_eval(self.r_eval, self.max_eval_depth)
+        check_r_eval(self.r_eval, deepest(self.__dict__))
         check_kv_strategy(self.kv_strategy, self.kv_strategies)
 
     # what the native model reads besides its fields (rgpt_dist.config.model.ModelConfig has the same)

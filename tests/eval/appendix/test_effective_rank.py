@@ -71,3 +71,30 @@ def test_run_writes_outputs(run_analysis):
     res, data = run_analysis(er)
     assert len(data["state_rank"]) == R + 1 and 0 < data["delta_rank"] <= 1
     assert [row["step"] for row in res.rows] == list(range(R + 1))
+
+
+def test_nonfinite_inputs_give_nan_not_linalg_errors():
+    from rgpt_dist.eval.appendix.common import svdvals
+    from rgpt_dist.eval.appendix.gate_attribution import spectra
+    from rgpt_dist.eval.appendix.projection import spectrum
+    gram = torch.eye(4, dtype=torch.float64)
+    gram[1, 2] = float("nan")
+    s = er.singular_values_from_gram(gram)  # eigvalsh raised LinAlgError here
+    assert s.shape == (4,) and bool(s.isnan().all()) and math.isnan(er.effective_rank(s))
+    w = torch.ones(3, 5)
+    w[0, 0] = float("inf")
+    assert bool(svdvals(w).isnan().all()) and svdvals(w).shape == (3,)
+    assert spectrum(w)["singular_values"][0] != spectrum(w)["singular_values"][0]  # NaN, not a crash
+    assert er.effective_rank(torch.tensor([2.0, 0.0])) == 1.0  # finite input unchanged
+
+    class Rec(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate_h, self.gate_pre = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+    model = torch.nn.Module()
+    model.recurrence = Rec()
+    with torch.no_grad():
+        model.recurrence.gate_pre.weight[0, 0] = float("nan")
+    out = spectra(model)
+    assert all(math.isnan(v) for v in out["W_h"]) and not any(math.isnan(v) for v in out["W_x"])

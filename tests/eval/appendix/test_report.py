@@ -64,3 +64,41 @@ def test_result_json_is_strict(tmp_path):
     record = json.loads(js.read_text(), parse_constant=lambda c: pytest.fail(f"non-strict JSON: {c}"))
     assert record["v"] == [1.0, None, None] and record["t"] == [0.5, None] and record["summary"] == ["s"]
     assert csv.read_text().splitlines() == ["a,b", ",2"]
+
+
+# ---- non-finite models: the report says so instead of failing in LAPACK ------------------------
+def _copy_with(model, edit):
+    import copy
+    m = copy.deepcopy(model)
+    with torch.no_grad():
+        edit(m)
+    return m.eval()
+
+
+def test_nonfinite_weights_or_states_skip_every_analysis_naming_why(model, dense, batches, tmp_path):
+    nan = _copy_with(model, lambda m: m.recurrence.gate_out.weight.view(-1)[3].fill_(float("nan")))
+    results, skipped = run_all(Context(model=nan, batches=batches, out=tmp_path / "w"))
+    assert results == [] and skipped == ["every analysis skipped: the weights are not finite: 1 of "
+                                         f"{len(list(nan.parameters())) + len(list(nan.buffers()))} tensors "
+                                         "hold NaN or inf (recurrence.gate_out.weight)"]
+    huge = _copy_with(model, lambda m: m.recurrence.proj_h.weight.fill_(3e38))  # finite, but h^(1) overflows
+    results, skipped = run_all(Context(model=huge, batches=batches, out=tmp_path / "s"))
+    assert results == [] and skipped == ["every analysis skipped: the activations are not finite: the state h^(1) "
+                                         "of the first batch holds NaN or inf (the weights are finite)"]
+    bad_dense = _copy_with(dense, lambda m: next(m.parameters()).view(-1)[0].fill_(float("inf")))
+    results, skipped = run_all(Context(model=model, batches=batches, out=tmp_path / "d", dense=bad_dense),
+                               ["dense_cka", "projection"])
+    assert [r.name for r in results] == ["projection"]
+    assert skipped[0].startswith(f"{analysis('dense_cka').TITLE}: skipped, the dense model's weights are not finite")
+
+
+def test_report_tables_escape_pipes_and_line_breaks_of_decoded_tokens(model, batches, tmp_path):
+    from rgpt_dist.eval.appendix import top_tokens
+    ctx = Context(model=model, batches=batches, out=tmp_path, decode=lambda ids: f"a|b\r\n|{ids[0]}|")
+    res = top_tokens.run(ctx)
+    table = [line for line in res.summary if line.startswith("|")]
+    assert len(table) == ctx.depth + 3 and all(line.count("|") == 6 for line in table)
+    assert "| a&#124;b\\r\\n&#124;" in table[2]  # step 0's top-1 token, its pipes and line breaks escaped
+    write_report([res], tmp_path, "header")
+    page = (tmp_path / "report.html").read_text()
+    assert "<td>a|b" in page and "&amp;#124;" not in page
