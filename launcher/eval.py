@@ -56,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, or auto (cuda when available)")
         s.add_argument("--trust-checkpoint", action="store_true",
                        help="UNSAFE: load checkpoint files that need full unpickling (runs code the file names)")
-    sub.choices["curve"].add_argument("--depths", type=_ints, help="comma-separated R* values (default 0..2R)")
+    sub.choices["curve"].add_argument("--depths", type=_ints, help="comma-separated R* values (default 0..2R; at most 16 x R)")
     sub.choices["curve"].add_argument("--exit-thresholds", type=_floats,
                                       help="families with a learned exit (Ouro): comma-separated thresholds q of the "
                                            "per-token exit (default: the model's exit_threshold)")
@@ -119,7 +119,8 @@ def curve(args, out: Path) -> None:
     rows = early_exit_curve(model, batches, args.depths)
     write_curve(rows, out, f"{args.source} (step {record.get('step')})")
     for row in rows:
-        print(f"R*={row['depth']}  loss {row['loss']:.4f}  GFLOPs/token {row['flops_per_token'] / 1e9:.4f}")
+        print(f"R*={row['depth']}  loss {row['loss']:.4f}  GFLOPs/token {row['flops_per_token'] / 1e9:.4f}"
+              + (f"  ({row['problem']})" if row["problem"] else ""))
     if learned_exit:
         from rgpt_dist.eval.learned_exit import threshold_exit_rows, write_threshold_exits
 

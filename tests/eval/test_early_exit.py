@@ -126,6 +126,7 @@ def test_nonfinite_weights_give_reports_that_name_them(nonfinite_export, tmp_pat
     rows = _strict_json(tmp_path / "c" / "early_exit.json")  # NaN losses are written as null
     assert [r["problem"] for r in rows] == [f"the weights are not finite: 1 of 51 tensors hold NaN or inf ({bad})"] * 5
     assert bad == "embed.wte.weight" or all(r["loss"] is None for r in rows[1:])  # NaN from step 1 on
+    assert f"(the weights are not finite: 1 of 51 tensors hold NaN or inf ({bad}))" in capsys.readouterr().out
     assert main(["diagnostics", str(exp), "--out", str(tmp_path / "d"), *small]) == 0
     assert bad in _strict_json(tmp_path / "d" / "diagnostics.json")["problem"]
     assert main(["diagnostics", str(exp), "--all", "--out", str(tmp_path / "a"), *small]) == 0
