@@ -134,7 +134,7 @@ def curve(args, out: Path) -> None:
 def diagnostics(args, out: Path) -> None:
     from rgpt_dist.data.tokenizer import get_encoding
     from rgpt_dist.eval.appendix import analysis
-    from rgpt_dist.eval.diagnostics import diagnose, gate_heatmap
+    from rgpt_dist.eval.appendix.diagnostics import diagnose, gate_heatmap
     from rgpt_dist.models.spec import spec_for
 
     if not args.all and (args.only or args.dense or args.prompt is not None):

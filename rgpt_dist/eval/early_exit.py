@@ -19,7 +19,7 @@ import torch
 from rgpt_dist.data.index import DatasetError
 from rgpt_dist.data.mds import read_token_samples
 from rgpt_dist.eval import strict_json
-from rgpt_dist.eval.diagnostics import nonfinite_weights
+from rgpt_dist.eval.finite import nonfinite_weights
 from rgpt_dist.flops import executed_forward_flops, forward_flops, head_flops
 from rgpt_dist.models.spec import spec_for
 

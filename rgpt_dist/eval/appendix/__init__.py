@@ -20,7 +20,7 @@ from types import ModuleType
 
 # report order = the paper's order; name (= NAME, the file stem) -> module rgpt_dist.eval.appendix.<module>
 ANALYSES: dict[str, str] = {
-    "diagnostics": "steps",                # E.1/E.2/E.4 (within)/E.6 (delta): rgpt_dist.eval.diagnostics
+    "diagnostics": "steps",                # E.1/E.2/E.4 (within)/E.6 (delta): rgpt_dist.eval.appendix.diagnostics
     "forced_gate": "forced_gate",          # E.1 gate = 0 / gate = 1, and depths beyond R
     "update_dynamics": "update_dynamics",  # E.3 proposal / applied-update norms, cosines, gain
     "dense_cka": "dense_cka",              # E.4 CKA against a dense model's layers

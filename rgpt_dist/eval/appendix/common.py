@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from rgpt_dist.eval import strict_json
-from rgpt_dist.eval.diagnostics import capture, figure, label  # noqa: F401 (figure, label: for the analyses)
+from rgpt_dist.eval.appendix.diagnostics import capture, figure, label  # noqa: F401 (figure, label: for the analyses)
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 

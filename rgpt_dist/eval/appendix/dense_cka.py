@@ -6,7 +6,7 @@ l), both run on the same token ids:
 
     cka[i][l] = ||Yc^T Xc||_F^2 / (||Xc^T Xc||_F ||Yc^T Yc||_F)
 
-the linear CKA (Kornblith et al. 2019, rgpt_dist.eval.diagnostics.linear_cka) with X = h^(i) as an
+the linear CKA (Kornblith et al. 2019, rgpt_dist.eval.appendix.diagnostics.linear_cka) with X = h^(i) as an
 (n, d) matrix and Y = z^(l) as an (n, d_dense) matrix, n = every token of every batch (the samples;
 targets play no role), features centered over those n tokens. Widths may differ (d != d_dense); the
 vocabularies must be equal, since the same ids feed both models. Per step: the best-matching dense
@@ -25,7 +25,7 @@ import contextlib
 import torch
 
 from rgpt_dist.eval.appendix.common import Context, Result, check_model, figure, save_figure, trace
-from rgpt_dist.eval.diagnostics import CKAStats
+from rgpt_dist.eval.appendix.diagnostics import CKAStats
 
 NAME = "dense_cka"
 TITLE = "E.4: cross-model CKA between recurrence steps and a dense model's layers"

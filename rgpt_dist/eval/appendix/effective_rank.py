@@ -8,7 +8,7 @@
     delta_rank     erank(D) / min(N k, d), D (N k, d) the stacked late updates h^(i) - h^(i-1) of the
                    k steps i > r / 2 (r = 6: steps 4, 5, 6; r = 3: steps 2, 3), likewise not centred
     fixed_point_delta[i]  ||h^(i) - h^(i-1)||_F / ||h^(i-1)||_F over all tokens (Eq. 7, as in
-                   rgpt_dist.eval.diagnostics), i = 1..r
+                   rgpt_dist.eval.appendix.diagnostics), i = 1..r
     delta_cos[i]   mean over the N tokens of cos(h^(i) - h^(i-1), h^(i-1) - h^(i-2)), i = 2..r
 
 Memory: the tokens are never held together. Per matrix the (d, d) Gram X^T X is accumulated in float64

@@ -14,7 +14,7 @@ import torch
 
 from rgpt_dist.eval.appendix import ANALYSES, analysis
 from rgpt_dist.eval.appendix.common import Context, Result, check_model, trace
-from rgpt_dist.eval.diagnostics import nonfinite_weights
+from rgpt_dist.eval.finite import nonfinite_weights
 from rgpt_dist.eval.markdown import PIPE
 
 

@@ -1,13 +1,13 @@
 """E.1, E.2, E.4 (within the model) and E.6 (fixed-point delta): the per-step exit loss and KL to the
 final step, gate statistics, applied-update / proposal ratio (Eq. 6), fixed-point delta (Eq. 7) and
-the CKA between steps, from rgpt_dist.eval.diagnostics (definitions there), plus the per-token gate
+the CKA between steps, from rgpt_dist.eval.appendix.diagnostics (definitions there), plus the per-token gate
 heatmap of the prompt."""
 from __future__ import annotations
 
 import dataclasses
 
 from rgpt_dist.eval.appendix.common import Context, Result, check_model, fmt
-from rgpt_dist.eval.diagnostics import STEP_FIELDS, diagnose, gate_heatmap
+from rgpt_dist.eval.appendix.diagnostics import STEP_FIELDS, diagnose, gate_heatmap
 
 NAME = "diagnostics"
 TITLE = "E.1, E.2, E.4, E.6: per-step loss, KL, gates, update ratio, fixed-point delta, CKA between steps"

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rgpt_dist.eval.appendix.common import Context
-from tests.eval.test_diagnostics import batches as two_batches
+from tests.eval.appendix.test_diagnostics import batches as two_batches
 
 from rgpt_dist.config import GPT2Config, RecurrentGPTConfig
 from rgpt_dist.registry import build_model

@@ -5,7 +5,7 @@ import torch
 
 from rgpt_dist.config import GPT2Config
 from rgpt_dist.eval.appendix import dense_cka
-from rgpt_dist.eval.diagnostics import linear_cka
+from rgpt_dist.eval.appendix.diagnostics import linear_cka
 from rgpt_dist.registry import build_model
 from tests.eval.appendix.conftest import R, V
 

@@ -1,6 +1,6 @@
 """E.5 token difficulty (rgpt_dist/eval/appendix/difficulty.py) against a direct numpy computation on
 per-token losses of separate reference forwards (tests/models/reference.py) and gates of the recurrence
-recomputed by hand (tests/eval/test_diagnostics.hand_recurrence): sort, split, means, polyfit, corrcoef."""
+recomputed by hand (tests/eval/appendix/test_diagnostics.hand_recurrence): sort, split, means, polyfit, corrcoef."""
 
 import numpy as np
 import pytest
@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from rgpt_dist.eval.appendix import difficulty
-from tests.eval.test_diagnostics import hand_recurrence
+from tests.eval.appendix.test_diagnostics import hand_recurrence
 from tests.models import reference
 
 from .conftest import R, V

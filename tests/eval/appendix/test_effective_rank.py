@@ -1,6 +1,6 @@
 """E.6 effective rank (rgpt_dist/eval/appendix/effective_rank.py): the Gram route against
 torch.linalg.svdvals of the stacked matrix, the effective rank on matrices of known rank, and every
-per-step number against the recurrence recomputed by hand (tests/eval/test_diagnostics.hand_recurrence)
+per-step number against the recurrence recomputed by hand (tests/eval/appendix/test_diagnostics.hand_recurrence)
 with all tokens held at once."""
 import math
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rgpt_dist.eval.appendix import effective_rank as er
-from tests.eval.test_diagnostics import hand_recurrence
+from tests.eval.appendix.test_diagnostics import hand_recurrence
 
 from .conftest import R
 

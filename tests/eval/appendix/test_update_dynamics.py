@@ -1,5 +1,5 @@
 """E.3 update dynamics (rgpt_dist/eval/appendix/update_dynamics.py) against the recurrence recomputed by
-hand from the state dict (tests/eval/test_diagnostics.hand_recurrence) and exit losses of separate
+hand from the state dict (tests/eval/appendix/test_diagnostics.hand_recurrence) and exit losses of separate
 reference forwards at each depth (tests/models/reference.py), with per-token norms and cosines
 written out."""
 
@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from rgpt_dist.eval.appendix import update_dynamics
-from tests.eval.test_diagnostics import hand_recurrence
+from tests.eval.appendix.test_diagnostics import hand_recurrence
 from tests.models import reference
 
 from .conftest import R, V

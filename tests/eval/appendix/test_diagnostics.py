@@ -1,4 +1,4 @@
-"""Appendix E diagnostics (rgpt_dist/eval/diagnostics.py) against independent references: the model's
+"""Appendix E diagnostics (rgpt_dist/eval/appendix/diagnostics.py) against independent references: the model's
 own all-exits losses, KL from separate forwards at each depth, and the recurrence recomputed by hand
 from the parameters (block internals from tests/models/reference.py, the step equations below)."""
 import csv
@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from rgpt_dist.config import RecurrentGPTConfig
-from rgpt_dist.eval.diagnostics import CKAStats, diagnose, gate_heatmap, linear_cka
+from rgpt_dist.eval.appendix.diagnostics import CKAStats, diagnose, gate_heatmap, linear_cka
 from rgpt_dist.registry import build_model
 from tests.models import reference
 
