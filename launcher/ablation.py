@@ -7,7 +7,7 @@
 One torchrun per run (2 processes, ZeRO-2, fp32; the presets of launcher/compare.py): the dense
 baseline, recurrence alone, + prelude/coda, + state noise (and noise at initialisation only), +
 prelude re-injection, + the gate (the full model), and the full model at a second seed
-(rgpt_dist/eval/ablation_cpu.py). Writes OUT/ablations.md, OUT/ablation.png and OUT/grid.*; exit
+(the runs: rgpt_dist/studies/ablation.py; the report: rgpt_dist/eval/ablation_table.py). Writes OUT/ablations.md, OUT/ablation.png and OUT/grid.*; exit
 status 1 when a run fails (the others still run and are reported).
 """
 from __future__ import annotations
@@ -19,8 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # runnable as a script from a checkout
 
-from rgpt_dist.eval.ablation_cpu import overrides, plan, report  # noqa: E402
-from rgpt_dist.eval.compare import PRESETS, train_runs  # noqa: E402
+from rgpt_dist.eval.ablation_table import report  # noqa: E402
+from rgpt_dist.studies.ablation import overrides, plan  # noqa: E402
+from rgpt_dist.studies.launch import PRESETS, train_runs  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (Path(data) / "manifest.json").is_file():
         print(f"ablation: {data} is not an rgpt-prep dataset (no manifest.json)", file=sys.stderr)
         return 2
-    failed = train_runs(plan(), lambda run: overrides(run, args.preset, data, out), ROOT, args.nproc)
+    failed = train_runs(plan(), lambda run: overrides(run, args.preset, data, out), args.nproc)
     paths = report(out)
     print(paths["md"].read_text())
     print(f"wrote {', '.join(str(p) for p in paths.values())}")

@@ -6,8 +6,9 @@
 
 One torchrun per run (2 processes, ZeRO-2, fp32): the cell's dense baseline and every recurrent
 family's 1+1x10+1 model at d=64, the same 100 steps of 16 x 128 tokens and seed for all, plus a
-second seed of RecurrentGPT (rgpt_dist/eval/compare.py). A run already finished is kept, an
-interrupted one resumes from its checkpoint. Writes OUT/compare.md (+ .json), OUT/grid.{md,csv,json}
+second seed of RecurrentGPT (the runs: rgpt_dist/studies/compare.py; the report:
+rgpt_dist/eval/compare.py). A run already finished is kept, an interrupted one resumes from its
+checkpoint. Writes OUT/compare.md (+ .json), OUT/grid.{md,csv,json}
 and OUT/early_exit.png; exit status 1 when a run fails (the others still run and are reported).
 """
 from __future__ import annotations
@@ -19,7 +20,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # runnable as a script from a checkout
 
-from rgpt_dist.eval.compare import PRESETS, overrides, plan, report, train_runs  # noqa: E402
+from rgpt_dist.eval.compare import report  # noqa: E402
+from rgpt_dist.studies.compare import overrides, plan  # noqa: E402
+from rgpt_dist.studies.launch import PRESETS, train_runs  # noqa: E402
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compare: {data} is not an rgpt-prep dataset (no manifest.json)", file=sys.stderr)
         return 2
     runs = plan()
-    failed = train_runs(runs, lambda run: overrides(run, args.preset, data, out), ROOT, args.nproc)
+    failed = train_runs(runs, lambda run: overrides(run, args.preset, data, out), args.nproc)
     paths = report(out, runs)
     print(paths["md"].read_text())
     print(f"wrote {', '.join(str(p) for p in paths.values())}")

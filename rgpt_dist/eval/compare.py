@@ -1,117 +1,18 @@
-"""A CPU-scale Table 1 comparison (issue #14): every model of one scaled-down cell trained on the same
-tokens, then the grid table, the early-exit curves in one plot, and the spread of two seeds.
-
-The cell keeps the paper's layouts (small isoFLOPs: the 12-layer dense model, 1+1x10+1 for every
-recurrent family, discovered from the family specs) at a CPU width (`PRESETS`); every run starts from
-its grid config (configs/experiments/<flavour>-20k.yaml) with the same data, seed, batch and steps.
-`plan` lists the runs, launcher/compare.py trains them, `report` writes OUT/compare.md (+ .json),
-OUT/grid.{md,csv,json} (rgpt_dist.eval.grid) and OUT/early_exit.png. No torch import.
+"""The report of the CPU-scale Table 1 comparison (issue #14; its runs: rgpt_dist.studies.compare):
+the grid table, the early-exit curves in one plot, and the spread of two seeds. `report` writes
+OUT/compare.md (+ .json), OUT/grid.{md,csv,json} (rgpt_dist.eval.grid) and OUT/early_exit.png from the
+runs' own records. No torch import.
 """
 from __future__ import annotations
 
-import dataclasses
 import statistics
 from pathlib import Path
 from typing import Any
 
-from rgpt_dist.config.flavours import FLAVOURS
 from rgpt_dist.eval import strict_json
 from rgpt_dist.eval.grid import summarize, write_table
 from rgpt_dist.eval.markdown import cell, code
-from rgpt_dist.models.spec import families, spec_for
-
-CELL = "small-isoflops"
-SPREAD_FAMILY = "recurrent_gpt"
-"""The model trained with a second seed: the run-to-run spread beside the differences."""
-SEEDS = (1337, 42)
-PRESETS: dict[str, dict[str, Any]] = {
-    # about 13 min on 2 cores (2026-12-01: 11 min 24 s for five models, MoR 86 s), half of it Ouro's ten
-    # readouts through the 50,257-row head
-    "cpu": {"d_model": 64, "n_head": 4, "seq_len": 128, "micro_batch_size": 8, "global_batch_size": 16,
-            "max_steps": 100, "warmup_steps": 10, "lr": 2e-3, "min_lr": 2e-4, "eval_batches": 4},
-    # a smoke run of the whole flow (tests)
-    "quick": {"d_model": 32, "n_head": 2, "seq_len": 32, "micro_batch_size": 2, "global_batch_size": 4,
-              "max_steps": 2, "warmup_steps": 1, "lr": 2e-3, "min_lr": 2e-4, "eval_batches": 1},
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class Run:
-    flavour: str
-    seed: int
-
-    @property
-    def name(self) -> str:
-        return f"{self.flavour}-seed{self.seed}"
-
-    @property
-    def config(self) -> str:
-        """Its grid config, relative to the checkout."""
-        return f"configs/experiments/{self.flavour}-20k.yaml"
-
-    @property
-    def family(self) -> str:
-        return FLAVOURS[self.flavour]["family"]
-
-
-def cell_models(cell: str = CELL) -> list[str]:
-    """The cell's dense baseline, then every family's flavour of the cell in Table 1's row order."""
-    specs = sorted(families().values(), key=lambda s: s.table1_row)
-    looped = [name for spec in specs for name in spec.paper_table1 if name.endswith(f"-{cell}")]
-    dense = {ref for spec in specs for name, ref in spec.dense_reference.items() if name in looped}
-    return sorted(dense) + looped
-
-
-def plan(cell: str = CELL, seeds: tuple[int, ...] = SEEDS) -> list[Run]:
-    """Every model once at seeds[0]; the spread family's model at every seed."""
-    models = cell_models(cell)
-    spread = [m for m in models if m in families()[SPREAD_FAMILY].paper_table1]
-    return [Run(m, seeds[0]) for m in models] + [Run(m, s) for m in spread for s in seeds[1:]]
-
-
-def overrides(run: Run, preset: str, data: str, out: str | Path) -> list[str]:
-    """The key=value overrides of one run on top of its grid config (same tokens for every run)."""
-    return cpu_overrides(preset, run.family, run.seed, data, Path(out) / run.name)
-
-
-def cpu_overrides(preset: str, family: str, seed: int, data: str, run_dir: str | Path) -> list[str]:
-    """A grid config shrunk to a CPU preset: width, batch, steps, schedule, 2-process ZeRO-2 in fp32,
-    one checkpoint and one evaluation at the end; RRT's LoRA rank keeps its ratio to the width."""
-    p = PRESETS[preset]
-    spec = spec_for(family)
-    width = [f"model.{k}={v}" for k, v in spec.width_overrides(p["d_model"]).items()]  # RRT's LoRA rank
-    return [*width, f"model.d_model={p['d_model']}", f"model.n_head={p['n_head']}", f"model.block_size={p['seq_len']}",
-            f"train.seq_len={p['seq_len']}", f"train.micro_batch_size={p['micro_batch_size']}",
-            f"train.global_batch_size={p['global_batch_size']}", f"train.max_steps={p['max_steps']}",
-            f"train.warmup_steps={p['warmup_steps']}", f"train.lr={p['lr']}", f"train.min_lr={p['min_lr']}",
-            f"train.seed={seed}", f"data.paths=[{data}]", "parallel.zero_stage=2", "parallel.dtype=fp32",
-            "parallel.activation_checkpointing=none", f"checkpoint.every_steps={p['max_steps']}",
-            "checkpoint.keep_last=1", f"eval.every_steps={p['max_steps']}", f"eval.batches={p['eval_batches']}",
-            f"log.run_dir={run_dir}", "log.every_steps=10", "log.wandb=disabled"]
-
-
-def train_runs(runs: list, args_of, root: Path, nproc: int = 2) -> list[str]:
-    """Trains each run (`.name`, `.config` relative to root) with torchrun on nproc processes and the
-    overrides args_of(run); prints one line per run; returns the names of those that failed (the
-    others still run). A finished run is kept, an interrupted one resumes (the trainer's own rules)."""
-    import os
-    import subprocess
-    import sys
-    import time
-
-    env = {**os.environ, "PYTHONPATH": str(root), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    failed = []
-    for run in runs:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-               str(root / "launcher" / "train.py"), str(root / run.config), *args_of(run)]
-        start = time.perf_counter()
-        done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
-        status = "done" if done.returncode == 0 else f"FAILED ({done.returncode})"
-        print(f"{run.name}: {status} in {time.perf_counter() - start:.0f} s", flush=True)
-        if done.returncode != 0:
-            failed.append(run.name)
-            print(done.stderr[-3000:], file=sys.stderr)
-    return failed
+from rgpt_dist.studies.compare import SPREAD_FAMILY, Run
 
 
 def report(out_dir: str | Path, runs: list[Run]) -> dict[str, Path]:

@@ -1,0 +1,65 @@
+"""CPU presets and the launch of a study's runs: one torchrun per run, through `-m launcher.train`
+(the module, never a script path), from the checkout (grid configs are named relative to it).
+No torch import."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rgpt_dist.models.spec import spec_for
+
+ROOT = Path(__file__).resolve().parents[2]
+"""The checkout: configs/experiments/ and the launcher package."""
+PRESETS: dict[str, dict[str, Any]] = {
+    # about 13 min on 2 cores (2026-12-01: 11 min 24 s for five models, MoR 86 s), half of it Ouro's ten
+    # readouts through the 50,257-row head
+    "cpu": {"d_model": 64, "n_head": 4, "seq_len": 128, "micro_batch_size": 8, "global_batch_size": 16,
+            "max_steps": 100, "warmup_steps": 10, "lr": 2e-3, "min_lr": 2e-4, "eval_batches": 4},
+    # a smoke run of the whole flow (tests)
+    "quick": {"d_model": 32, "n_head": 2, "seq_len": 32, "micro_batch_size": 2, "global_batch_size": 4,
+              "max_steps": 2, "warmup_steps": 1, "lr": 2e-3, "min_lr": 2e-4, "eval_batches": 1},
+}
+
+
+def cpu_overrides(preset: str, family: str, seed: int, data: str, run_dir: str | Path) -> list[str]:
+    """A grid config shrunk to a CPU preset: width, batch, steps, schedule, 2-process ZeRO-2 in fp32,
+    one checkpoint and one evaluation at the end; RRT's LoRA rank keeps its ratio to the width."""
+    p = PRESETS[preset]
+    spec = spec_for(family)
+    width = [f"model.{k}={v}" for k, v in spec.width_overrides(p["d_model"]).items()]  # RRT's LoRA rank
+    return [*width, f"model.d_model={p['d_model']}", f"model.n_head={p['n_head']}", f"model.block_size={p['seq_len']}",
+            f"train.seq_len={p['seq_len']}", f"train.micro_batch_size={p['micro_batch_size']}",
+            f"train.global_batch_size={p['global_batch_size']}", f"train.max_steps={p['max_steps']}",
+            f"train.warmup_steps={p['warmup_steps']}", f"train.lr={p['lr']}", f"train.min_lr={p['min_lr']}",
+            f"train.seed={seed}", f"data.paths=[{data}]", "parallel.zero_stage=2", "parallel.dtype=fp32",
+            "parallel.activation_checkpointing=none", f"checkpoint.every_steps={p['max_steps']}",
+            "checkpoint.keep_last=1", f"eval.every_steps={p['max_steps']}", f"eval.batches={p['eval_batches']}",
+            f"log.run_dir={run_dir}", "log.every_steps=10", "log.wandb=disabled"]
+
+
+def train_command(config: str, overrides: list[str], nproc: int) -> list[str]:
+    """torchrun on nproc processes running the training launcher as a module."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+            "-m", "launcher.train", config, *overrides]
+
+
+def train_runs(runs: list, args_of, nproc: int = 2) -> list[str]:
+    """Trains each run (`.name`, `.config` relative to the checkout) with the overrides args_of(run);
+    prints one line per run; returns the names of those that failed (the others still run). A
+    finished run is kept, an interrupted one resumes (the trainer's own rules)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    failed = []
+    for run in runs:
+        start = time.perf_counter()
+        done = subprocess.run(train_command(run.config, args_of(run), nproc), cwd=ROOT, env=env,
+                              capture_output=True, text=True)
+        status = "done" if done.returncode == 0 else f"FAILED ({done.returncode})"
+        print(f"{run.name}: {status} in {time.perf_counter() - start:.0f} s", flush=True)
+        if done.returncode != 0:
+            failed.append(run.name)
+            print(done.stderr[-3000:], file=sys.stderr)
+    return failed
