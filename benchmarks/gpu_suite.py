@@ -3,8 +3,8 @@
     OUT=$OUT python3 benchmarks/gpu_suite.py --budget-s 480      # the remote run: ONE command (timeout_s 570)
     .venv/bin/python benchmarks/gpu_suite.py --quick             # CPU smoke run, tiny models (~15 s)
 
-Needs only a python3 with CUDA torch and this checkout (no venv, PyYAML stubbed if absent, no DeepSpeed);
-without torch it leaves {"meta": {"error": ...}} and exits 1. --budget-s 300 when less device time is left.
+Needs only a python3 with CUDA torch, PyYAML and this checkout (no venv, no DeepSpeed; the device image
+has PyYAML, which transformers requires); without torch it leaves {"meta": {"error": ...}} and exits 1. --budget-s 300 when less device time is left.
 Sections, in run order (keys of "sections" in $OUT/gpu_suite.json; OUT defaults to ./gpu_out):
   environment          torch/CUDA/cuDNN, device, memory, bf16, which SDPA backends (flash, efficient, cudnn,
                        math) run a causal bf16 call and their forward ms, the MFU peak (datasheet bf16)
@@ -36,7 +36,6 @@ import statistics
 import sys
 import time
 import traceback
-import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -47,11 +46,6 @@ except ImportError as exc:  # nothing to measure, but leave a record
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "gpu_suite.json").write_text(json.dumps({"meta": {"error": f"torch is not importable: {exc}"}}))
     sys.exit(f"gpu_suite: torch is not importable ({exc})")
-try:  # rgpt_dist.config imports PyYAML only to read and write config files, which this suite never does
-    import yaml  # noqa: F401
-except ImportError:
-    sys.modules["yaml"] = types.ModuleType("yaml")
-    sys.modules["yaml"].YAMLError = type("YAMLError", (Exception,), {})
 
 from rgpt_dist.config.base import from_dict  # noqa: E402
 from rgpt_dist.config.flavours import flavour  # noqa: E402

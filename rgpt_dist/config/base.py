@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import functools
 import inspect
 import math
 import os
@@ -254,44 +253,40 @@ def _check_expansion(root: Any) -> None:
                 stack.append((child, False))
 
 
-@functools.cache
-def _unique_key_loader() -> type:
-    """PyYAML's safe loader, except that a key repeated in one mapping is an error: YAML keeps the
-    last value silently, so a duplicated section would drop the first one's settings unseen. Built
-    on first use: importing the config package must not need PyYAML (benchmarks/gpu_suite.py stubs it)."""
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key repeated in one mapping is an error (YAML keeps the last
+    value silently, so a duplicated section would drop the first one's settings unseen) and a
+    document's alias expansion is bounded before any value is built (MAX_YAML_NODES)."""
 
-    class UniqueKeyLoader(yaml.SafeLoader):
-        def compose_document(self):
-            node = super().compose_document()
-            _check_expansion(node)  # before any value is built (see MAX_YAML_NODES)
-            return node
+    def compose_document(self):
+        node = super().compose_document()
+        _check_expansion(node)  # before any value is built (see MAX_YAML_NODES)
+        return node
 
-        def construct_mapping(self, node, deep=False):
-            if isinstance(node, yaml.MappingNode):
-                seen: dict[Any, int] = {}
-                for key_node, _ in node.value:
-                    if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` may be overridden
-                        continue
-                    key = self.construct_object(key_node, deep=True)
-                    line = key_node.start_mark.line + 1
-                    try:
-                        first = seen.get(key)
-                    except TypeError:  # an unhashable key: the base class reports it
-                        continue
-                    seen[key] = line
-                    if first is not None:
-                        raise yaml.constructor.ConstructorError(
-                            None, None, f"duplicate key {key!r} on line {line} (first on line {first}): YAML "
-                            f"would keep only the last one", key_node.start_mark)
-            return super().construct_mapping(node, deep=deep)
-
-    return UniqueKeyLoader
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` may be overridden
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the base class reports it
+                    continue
+                seen[key] = line
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r} on line {line} (first on line {first}): YAML "
+                        f"would keep only the last one", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
 
 
 def load_yaml(text: str) -> Any:
     """yaml.safe_load with duplicate keys refused (at any level) and aliases bounded (MAX_YAML_NODES);
     raises yaml.YAMLError."""
-    return yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 (a SafeLoader subclass)
+    return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
 
 
 def _read_text(path: Path) -> str:
