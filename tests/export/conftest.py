@@ -1,4 +1,5 @@
 import pytest
+import torch
 
 from tests.helpers.hf import isolated_hf
 from tests.helpers.runs import BASE, train
@@ -46,3 +47,24 @@ def runs(tmp_path_factory, dataset):
     train(2, out["rrt-zero3"], data, "model=rrt-debug", "model.n_loops=3", "parallel.zero_stage=3", *TRAINED,
           common=BASE)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_exports(tmp_path_factory):
+    """ROOT/looped (ships code) and ROOT/dense (no code): Hugging Face exports of tiny models, each with its
+    tokenizer, as rgpt-export writes them. Shared: copy one (shutil.copytree) before changing it."""
+    from rgpt_dist.config import GPT2Config, RecurrentGPTConfig
+    from rgpt_dist.export.hf_dense import write_hf_gpt2
+    from rgpt_dist.export.hf_looped_writer import write_hf_looped
+    from rgpt_dist.export.tokenizer_files import write_tokenizer
+    from rgpt_dist.registry import build_model
+
+    root = tmp_path_factory.mktemp("hf_exports")
+    small = dict(vocab_size=300, block_size=32, d_model=32, n_head=4)
+    looped_cfg = RecurrentGPTConfig(**small, n_pre=1, n_rec=1, n_coda=1, n_loops=2)
+    dense_cfg = GPT2Config(**small, n_layer=2)
+    write_hf_looped(build_model(looped_cfg, seed=0).state_dict(), looped_cfg, root / "looped")
+    write_hf_gpt2(build_model(dense_cfg, seed=0).state_dict(), dense_cfg, root / "dense", dtype=torch.float32)
+    for name in ("looped", "dense"):
+        write_tokenizer(root / name, model_max_length=32)
+    return root

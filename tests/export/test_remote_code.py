@@ -4,28 +4,15 @@ import json
 import shutil
 
 import pytest
-import torch
 
-from rgpt_dist.config import GPT2Config, RecurrentGPTConfig
 from rgpt_dist.eval.harness import hf_model_args
-from rgpt_dist.export.hf_dense import write_hf_gpt2
-from rgpt_dist.export.hf_looped_writer import write_hf_looped
 from rgpt_dist.export.remote_code import RemoteCodeRefused, trust_remote_code
-from rgpt_dist.export.tokenizer_files import write_tokenizer
-from rgpt_dist.registry import build_model
-
-SMALL = dict(vocab_size=300, block_size=32, d_model=32, n_head=4)
 
 
-@pytest.fixture(scope="module")
-def exports(tmp_path_factory):
-    root = tmp_path_factory.mktemp("remote")
-    looped_cfg = RecurrentGPTConfig(**SMALL, n_pre=1, n_rec=1, n_coda=1, n_loops=2)
-    dense_cfg = GPT2Config(**SMALL, n_layer=2)
-    write_hf_looped(build_model(looped_cfg, seed=0).state_dict(), looped_cfg, root / "looped")
-    write_tokenizer(root / "looped", model_max_length=32)
-    write_hf_gpt2(build_model(dense_cfg, seed=0).state_dict(), dense_cfg, root / "dense", dtype=torch.float32)
-    return root
+@pytest.fixture
+def exports(tiny_hf_exports):
+    """The shared tiny looped and dense exports (tests/export/conftest.py); copy one before changing it."""
+    return tiny_hf_exports
 
 
 def copy(exports, tmp_path, name="looped"):

@@ -11,34 +11,19 @@ import shutil
 import threading
 
 import pytest
-import torch
 from safetensors.torch import load_file
 
-from rgpt_dist.config import GPT2Config, RecurrentGPTConfig
 from rgpt_dist.eval.harness import hf_model_args
 from rgpt_dist.eval.scoring import load_hf_scorer
-from rgpt_dist.export.hf_dense import write_hf_gpt2
-from rgpt_dist.export.hf_looped_writer import write_hf_looped
 from rgpt_dist.export.remote_code import RemoteCodeRefused, trust_remote_code
-from rgpt_dist.export.tokenizer_files import write_tokenizer
-from rgpt_dist.registry import build_model
 
 pytestmark = pytest.mark.usefixtures("hf_env")  # transformers' module copies in a temporary HF_HOME, offline
 
-SMALL = dict(vocab_size=300, block_size=32, d_model=32, n_head=4)
 
-
-@pytest.fixture(scope="module")
-def exports(tmp_path_factory):
-    """A looped (ships code) and a dense (no code) export, each with its tokenizer, as rgpt-export writes them."""
-    root = tmp_path_factory.mktemp("routes")
-    looped_cfg = RecurrentGPTConfig(**SMALL, n_pre=1, n_rec=1, n_coda=1, n_loops=2)
-    dense_cfg = GPT2Config(**SMALL, n_layer=2)
-    write_hf_looped(build_model(looped_cfg, seed=0).state_dict(), looped_cfg, root / "looped")
-    write_hf_gpt2(build_model(dense_cfg, seed=0).state_dict(), dense_cfg, root / "dense", dtype=torch.float32)
-    for name in ("looped", "dense"):
-        write_tokenizer(root / name, model_max_length=32)
-    return root
+@pytest.fixture
+def exports(tiny_hf_exports):
+    """The shared tiny looped and dense exports (tests/export/conftest.py); copy one before changing it."""
+    return tiny_hf_exports
 
 
 def copy(exports, tmp_path, name):
