@@ -34,7 +34,8 @@ def block_params(cfg: ModelConfig) -> int:
 
 
 def embedding_params(cfg: ModelConfig) -> int:
-    return cfg.padded_vocab_size * cfg.d_model + cfg.block_size * cfg.d_model
+    wpe = cfg.block_size * cfg.d_model if getattr(cfg, "pos_encoding", "learned") == "learned" else 0  # rope/alibi/none: none
+    return cfg.padded_vocab_size * cfg.d_model + wpe
 
 
 def unique_blocks(cfg: ModelConfig) -> int:

@@ -14,6 +14,8 @@ MAX_VOCAB = 2**20
 MAX_PAD_MULTIPLE = 2**16
 MAX_BLOCK_SIZE = 2**20
 MAX_WIDTH = 2**16
+POS_ENCODINGS = ("learned", "rope", "alibi", "none")
+"""model.pos_encoding values (rgpt_dist.models.layers applies them; docs/models.md)."""
 MAX_BLOCKS = 1024
 """Transformer blocks a model may hold (checked for every family, e.g. gpt2's n_layer, in
 Config.problems) and the bound of each of n_pre, n_rec, n_coda and n_loops."""
@@ -35,7 +37,9 @@ class ModelConfig(Section):
     head on GPUs and makes the vocabulary divisible by the tensor-parallel size); 1 = no padding;
     1 <= pad_vocab_multiple <= 2^16."""
     block_size: int = 1024
-    """Maximum sequence length: rows of the learned position embedding; 1 <= block_size <= 2^20."""
+    """Maximum sequence length: rows of the learned position embedding; 1 <= block_size <= 2^20. With
+    another pos_encoding nothing in the layers depends on it: a forward may run longer sequences (a
+    KV cache still holds at most block_size tokens)."""
     d_model: int = 768
     """Residual stream width d; 1 <= d_model <= 2^16 (65,536)."""
     n_head: int = 12
@@ -46,6 +50,13 @@ class ModelConfig(Section):
     """LayerNorm epsilon; finite, > 0."""
     init_std: float = 0.02
     """Standard deviation of the normal init of linear and embedding weights (GPT-2: 0.02); finite, > 0."""
+    pos_encoding: str = "learned"
+    """How attention knows token positions: `learned` (GPT-2's absolute embedding wpe, block_size rows:
+    no position past block_size - 1), `rope` (rotary q/k per head), `alibi` (per-head linear bias on
+    the attention logits) or `none` (causal masking only). Only `learned` has a wpe parameter."""
+    rope_base: float = 10000.0
+    """RoPE's frequency base (pair i of a head rotates by position x base^(-2i/head_dim)); finite, > 1.
+    Read only with pos_encoding=rope."""
 
     @classmethod
     def variants(cls) -> dict[str, type[Section]]:
@@ -71,6 +82,12 @@ class ModelConfig(Section):
         out += out_of_bounds(path, "<=", MAX_WIDTH, d_model=self.d_model)
         if self.n_head > 0 and self.d_model % self.n_head:
             out.append(f"{path}.d_model={self.d_model} is not divisible by {path}.n_head={self.n_head}")
+        if self.pos_encoding not in POS_ENCODINGS:
+            out.append(f"{path}.pos_encoding={self.pos_encoding!r} is not one of {', '.join(POS_ENCODINGS)}")
+        out += out_of_bounds(path, ">", 1, rope_base=self.rope_base)
+        if self.pos_encoding == "rope" and self.n_head > 0 and self.d_model % self.n_head == 0 and self.head_dim % 2:
+            out.append(f"{path}.pos_encoding='rope' rotates pairs of features: head_dim = d_model / n_head = "
+                       f"{self.head_dim} must be even")
         return out
 
 

@@ -1,4 +1,9 @@
-"""The dense model as a native `transformers.GPT2LMHeadModel` directory (no remote code)."""
+"""The dense model as a native `transformers.GPT2LMHeadModel` directory (no remote code).
+
+GPT2LMHeadModel has learned absolute positions only, so a dense model with model.pos_encoding rope,
+alibi or none has no Hugging Face export: refused (ExportError) rather than written with positions
+it would not compute (docs/models.md). The looped families' remote-code export ships our own layers
+and supports every encoding."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,6 +11,7 @@ from pathlib import Path
 import torch
 
 from rgpt_dist.config import GPT2Config
+from rgpt_dist.export.consolidate import ExportError
 
 
 def to_hf_state_dict(sd: dict[str, torch.Tensor], cfg: GPT2Config) -> dict[str, torch.Tensor]:
@@ -42,6 +48,10 @@ def write_hf_gpt2(sd: dict[str, torch.Tensor], cfg: GPT2Config, out_dir: Path, *
     """config.json + model.safetensors loadable by GPT2LMHeadModel / AutoModelForCausalLM."""
     if inference:
         raise ValueError(f"the dense model has no inference settings ({', '.join(sorted(inference))} given)")
+    if cfg.pos_encoding != "learned":
+        raise ExportError(f"model.pos_encoding={cfg.pos_encoding!r}: the dense model's Hugging Face export is a stock "
+                          "GPT2LMHeadModel, which has learned absolute positions only; export a dense model "
+                          "trained with pos_encoding='learned' (looped families export every encoding)")
     from transformers import GPT2Config as HFGPT2Config
     from transformers import GPT2LMHeadModel
 

@@ -160,6 +160,22 @@ def _held(store: Any) -> list[torch.Tensor]:
     return [t for t in (store.keys, store.values) if t is not None and t.numel() > 0]
 
 
+def new_positions(cache: Any, t_new: int, device: torch.device) -> torch.Tensor:
+    """The positions (T,) of a forward's t_new new tokens, for position encodings inside attention
+    (RoPE, ALiBi): the tokens a layer's cache holds come first, so read before its update. A
+    fixed-shape store's `slots.index` when set; else the store's held length (a compressed cache's
+    committed tokens; a DynamicLayer's keys, cropped or not); 0 without a cache."""
+    store = getattr(cache, "store", cache)  # a CompressedLayerCache keeps its tokens in `store`
+    past = 0
+    if isinstance(store, StaticLayerCache):
+        if store.slots is not None and store.slots.index is not None:
+            return store.slots.index
+        past = store.length
+    elif store is not None and getattr(store, "keys", None) is not None and store.keys.numel() > 0:
+        past = store.keys.shape[-2]
+    return torch.arange(past, past + t_new, device=device)
+
+
 class CompressedLayerCache:
     """One shared core block's cache under `first`, `last` or `average`: one K/V per token for all
     steps, kept in `store`. `update` is called once per recurrence step of a forward; `commit` at

@@ -7,6 +7,13 @@ replicated). A row-parallel layer normally reads the sharded output of a column-
 `input_is_parallel=False` says its input is replicated, and each rank then reads its own slice. The default factory builds plain `nn.Linear`/`nn.Embedding`; the tensor-parallel
 factory in rgpt_dist/parallel returns sharded layers with the same call signatures. Modules infer local
 sizes (heads, MLP width) from the layers they were given, so the same code runs sharded.
+
+Positions (`cfg.pos_encoding`, docs/models.md): `learned` adds wpe in Embeddings (GPT-2); `rope`
+rotates each head's q and k, `alibi` adds a per-head linear distance bias to the attention logits,
+`none` relies on causal masking alone, and these three create no position parameter, so nothing in
+the layers depends on block_size. RoPE and ALiBi take a token's position to be its index in the
+sequence, the past held by a KV cache included (`kv_cache.new_positions`): keys enter a cache
+already rotated, and left padding shifts every real token alike, which relative encodings do not see.
 """
 from __future__ import annotations
 
@@ -19,7 +26,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from rgpt_dist.models.kv_cache import LayerCache
+from rgpt_dist.models.kv_cache import LayerCache, new_positions
 
 Parallel = Literal["column", "row", "none"]
 
@@ -36,6 +43,7 @@ class LayerFactory:
     """Creates the layers tensor parallelism must choose at construction (plain torch.nn here)."""
 
     tp_size: int = 1
+    tp_rank: int = 0  # this rank's index in its tensor-parallel group: its heads are [rank x H_local, ...)
 
     def shared(self, t: torch.Tensor) -> torch.Tensor:
         """A tensor every tensor-parallel rank holds whole, used to build a rank's shard of a weight
@@ -108,12 +116,63 @@ def residual_std(cfg: Any, block_executions: int) -> float:
     return cfg.init_std / math.sqrt(2 * block_executions)
 
 
+POS_ENCODINGS = ("learned", "rope", "alibi", "none")  # as rgpt_dist.config.model (which imports no torch)
+
+
+def pos_encoding(cfg: Any) -> str:
+    """cfg.pos_encoding, `learned` for a config from before the field (an older export's config.json);
+    an unknown value (a hand-edited config.json) is refused here as ModelConfig.problems does."""
+    value = getattr(cfg, "pos_encoding", "learned")
+    if value not in POS_ENCODINGS:
+        raise ValueError(f"pos_encoding={value!r} is not one of {', '.join(POS_ENCODINGS)}")
+    return value
+
+
+def rope_base(cfg: Any) -> float:
+    """cfg.rope_base for pos_encoding=rope, checked as ModelConfig.problems does (a hand-edited export
+    config.json reaches the layers without it): finite, > 1, and an even head_dim."""
+    base = getattr(cfg, "rope_base", 10000.0)
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not math.isfinite(base) or base <= 1:
+        raise ValueError(f"rope_base={base!r} must be a finite number > 1")
+    if cfg.head_dim % 2:
+        raise ValueError(f"pos_encoding='rope' rotates pairs of features: head_dim={cfg.head_dim} must be even")
+    return float(base)
+
+
+def rope_rotate(x: torch.Tensor, pos: torch.Tensor, base: float) -> torch.Tensor:
+    """Rotary embedding, rotate-half form: x (B, H, T, hd) at positions pos (T,) or (B, T). Feature
+    pair (j, j + hd/2) turns by angle pos x base^(-2j/hd); computed in >= fp32, returned in x's dtype."""
+    hd, dtype = x.shape[-1], torch.promote_types(x.dtype, torch.float32)
+    inv_freq = base ** (-torch.arange(0, hd, 2, device=x.device, dtype=dtype) / hd)  # (hd/2,)
+    angle = pos.to(dtype)[..., None] * inv_freq                                     # (..., T, hd/2)
+    angle = torch.cat([angle, angle], dim=-1)
+    if angle.dim() == 3:                                                            # per-row positions
+        angle = angle[:, None]                                                      # (B, 1, T, hd)
+    xf = x.to(dtype)
+    x1, x2 = xf.chunk(2, dim=-1)
+    return (xf * angle.cos() + torch.cat([-x2, x1], dim=-1) * angle.sin()).to(x.dtype)
+
+
+def alibi_slopes(n_head: int) -> list[float]:
+    """ALiBi's head slopes (Press et al. 2022): 2^(-8/n) ... for a power of two n = 2^k heads
+    (geometric, ratio = first = 2^(-8/n)); otherwise those of the largest power of two below n,
+    then every other slope of twice that many for the rest (the paper's reference code)."""
+    def geometric(n: int) -> list[float]:
+        return [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
+    if n_head & (n_head - 1) == 0:
+        return geometric(n_head)
+    low = 2 ** math.floor(math.log2(n_head))
+    return geometric(low) + geometric(2 * low)[0::2][:n_head - low]
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention through SDPA (flash/memory-efficient kernels on GPU).
 
     The fused qkv projection's output features are laid out per head as [head, (q|k|v), head_dim]
     so that a column shard holds whole heads; `rgpt_dist.models.gpt2.from_hf_state_dict` converts
-    from GPT-2's [(q|k|v), head, head_dim] layout.
+    from GPT-2's [(q|k|v), head, head_dim] layout. Positions (module doc): `rope` rotates q and k
+    before the cache stores k; `alibi` attends under a float mask (the distance bias, -inf where a
+    key is hidden), every other encoding keeps the boolean / is_causal paths.
     """
 
     def __init__(self, cfg: Any, factory: LayerFactory, out_std: float):
@@ -122,20 +181,34 @@ class CausalSelfAttention(nn.Module):
         self.head_dim = cfg.head_dim
         self.qkv = factory.linear(d, 3 * d, bias=cfg.bias, parallel="column", init_std=cfg.init_std)
         self.proj = factory.linear(d, d, bias=cfg.bias, parallel="row", init_std=out_std)
+        self.pos_encoding = pos_encoding(cfg)
+        self.rope_base = rope_base(cfg) if self.pos_encoding == "rope" else None
+        local = cfg.n_head // factory.tp_size  # this rank's heads: a slice of the global slopes
+        self.alibi_slopes = tuple(alibi_slopes(cfg.n_head)[factory.tp_rank * local:(factory.tp_rank + 1) * local])
 
     def forward(self, x: torch.Tensor, cache: LayerCache | None = None, delta: Deltas | None = None,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
+                mask: torch.Tensor | None = None, pos: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, T, d), the new tokens. cache: their past's K/V (rgpt_dist.models.kv_cache), which
         `update` extends with theirs; None attends within x only. delta: low-rank updates added to
         the projections ('qkv', 'attn_proj'), or None. mask: (B, 1, T, P + T) boolean, True where
-        a query may attend (padded batches, from `attention_mask`); None: causal."""
+        a query may attend (padded batches, from `attention_mask`); None: causal. pos: the tokens'
+        positions (B, T) for rope/alibi when x holds a subset of a sequence without a cache
+        (Mixture-of-Recursions' gathered tokens); None: from the cache (`new_positions`)."""
         B, T, _ = x.shape
         qkv = _project(self.qkv, x, delta, "qkv").view(B, T, -1, 3, self.head_dim)  # (B, T, H_local, 3, hd)
         q, k, v = qkv.permute(3, 0, 2, 1, 4).unbind(0)                # each (B, H_local, T, hd)
+        q_pos = None
+        if self.pos_encoding in ("rope", "alibi"):
+            q_pos = new_positions(cache, T, x.device) if pos is None else pos   # (T,) or (B, T)
+        if self.pos_encoding == "rope":
+            q, k = rope_rotate(q, q_pos, self.rope_base), rope_rotate(k, q_pos, self.rope_base)
         if cache is not None:
             k, v = cache.update(k, v)                                 # each (B, H_local, P + T, hd)
         past = k.shape[2] - T
-        if mask is not None:
+        if self.pos_encoding == "alibi":
+            k_pos = q_pos if pos is not None else torch.arange(k.shape[2], device=x.device)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=self._alibi_bias(q_pos, k_pos, mask, q.dtype))
+        elif mask is not None:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         elif past == 0:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -145,6 +218,19 @@ class CausalSelfAttention(nn.Module):
                 torch.arange(T, device=x.device)[:, None] + past >= torch.arange(past + T, device=x.device)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H_local, T, hd)
         return _project(self.proj, y.transpose(1, 2).reshape(B, T, -1), delta, "attn_proj")  # (B, T, d)
+
+    def _alibi_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, mask: torch.Tensor | None,
+                    dtype: torch.dtype) -> torch.Tensor:
+        """The float attention mask: slope_h x (k_pos - q_pos) (<= 0) where the key is visible (causal,
+        and `mask` if given), -inf elsewhere; (1 or B, H_local, T, K), in the logits' dtype."""
+        acc = torch.promote_types(dtype, torch.float32)
+        rel = (k_pos[..., None, :] - q_pos[..., :, None]).to(acc)     # (T, K) or (B, T, K)
+        rel = rel[None] if rel.dim() == 2 else rel                     # (1 or B, T, K)
+        slopes = torch.tensor(self.alibi_slopes, dtype=acc, device=rel.device)[None, :, None, None]
+        visible = (rel <= 0)[:, None]                                  # (1 or B, 1, T, K)
+        if mask is not None:
+            visible = visible & mask
+        return (slopes * rel[:, None]).masked_fill(~visible, float("-inf")).to(dtype)
 
 
 class MLP(nn.Module):
@@ -172,28 +258,35 @@ class Block(nn.Module):
         self.mlp = MLP(cfg, factory, out_std)
 
     def forward(self, x: torch.Tensor, cache: LayerCache | None = None, delta: Deltas | None = None,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
+                mask: torch.Tensor | None = None, pos: torch.Tensor | None = None) -> torch.Tensor:
         """delta: per-projection low-rank updates (Relaxed Recursive Transformer's per-step LoRA);
-        mask: see CausalSelfAttention."""
-        x = x + self.attn(self.ln_1(x), cache, delta, mask)
+        mask, pos: see CausalSelfAttention."""
+        x = x + self.attn(self.ln_1(x), cache, delta, mask, pos)
         return x + self.mlp(self.ln_2(x), delta)
 
 
 class Embeddings(nn.Module):
-    """Token + learned position embeddings: (B, T) ids -> (B, T, d)."""
+    """Token + learned position embeddings: (B, T) ids -> (B, T, d). With pos_encoding other than
+    `learned` the token embedding only (no wpe: attention places the tokens, see the module doc)."""
 
     def __init__(self, cfg: Any, factory: LayerFactory):
         super().__init__()
         self.block_size = cfg.block_size
         self.wte = factory.embedding(cfg.padded_vocab_size, cfg.d_model, parallel="column", init_std=cfg.init_std)
-        self.wpe = factory.embedding(cfg.block_size, cfg.d_model, parallel="none", init_std=cfg.init_std)
+        if pos_encoding(cfg) == "learned":  # (created after wte, as always: a seed gives the same weights)
+            self.wpe = factory.embedding(cfg.block_size, cfg.d_model, parallel="none", init_std=cfg.init_std)
+        else:
+            self.wpe = None
 
     def forward(self, idx: torch.Tensor, start: int = 0, positions: torch.Tensor | None = None) -> torch.Tensor:
         """idx: (B, T) tokens at positions start..start + T - 1 (start > 0 after cached tokens), or at
         `positions` (B, T) when given (padded batches count real tokens only)."""
+        if self.wpe is None:
+            return self.wte(idx)
         T = idx.shape[1]
         if start + T > self.block_size:
-            raise ValueError(f"sequence length {start + T} exceeds block_size={self.block_size}")
+            raise ValueError(f"sequence length {start + T} exceeds block_size={self.block_size}: pos_encoding="
+                             f"'learned' has no position past {self.block_size - 1} (rope, alibi and none have no limit)")
         pos = torch.arange(start, start + T, device=idx.device) if positions is None else positions
         return self.wte(idx) + self.wpe(pos)
 

@@ -99,7 +99,9 @@ class RGPTForCausalLM(RGPTPreTrainedModel, GenerationMixin):
             mask, positions = padding_mask(attention_mask.to(self.device), t)
         if position_ids is not None:
             positions = position_ids.to(self.device)
-        if positions is not None and int(positions.max()) >= self.config.block_size:
+        # (only learned positions end at block_size; rope / alibi read no positions from here)
+        if positions is not None and getattr(self.config, "pos_encoding", "learned") == "learned" \
+                and int(positions.max()) >= self.config.block_size:
             raise ValueError(f"position {int(positions.max())} exceeds block_size={self.config.block_size}")
         return mask, positions
 

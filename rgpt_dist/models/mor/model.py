@@ -137,8 +137,8 @@ class Recursion(nn.Module):
         pos = top_k_positions(z, cand, k)                                      # (B, k)
         x = h.gather(1, pos[..., None].expand(B, k, d))                        # (B, k, d)
         o = x
-        for block in self.blocks:
-            o = block(o)                                                       # causal among the kept
+        for block in self.blocks:  # causal among the kept, at their own positions (rope, alibi)
+            o = block(o, None, None, None, pos)
         h_next = h.scatter(1, pos[..., None].expand(B, k, d), self._update(x, o, g.gather(1, pos)))
         return h_next, torch.zeros_like(cand).scatter(1, pos, True)
 

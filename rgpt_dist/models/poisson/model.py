@@ -55,7 +55,7 @@ class InjectedCore(nn.Module):
 class PoissonDepthGPT(LoopedLM):
     def __init__(self, cfg: PoissonConfig, factory: LayerFactory | None = None):
         super().__init__(cfg, factory, lambda factory, out_std: InjectedCore(cfg, factory, out_std))
-        self._eval_state: torch.Tensor | None = None  # (block_size, d), kept on the device and dtype last used
+        self._eval_state: torch.Tensor | None = None  # (k x block_size, d), kept on the device and dtype last used
 
     def grad_steps(self, r: int) -> int:
         return min(r, self.cfg.k_max)
@@ -70,9 +70,17 @@ class PoissonDepthGPT(LoopedLM):
             s = noise_key.normal("state", (B, T, d), self.cfg.state_std, e.device, e.dtype)
         else:
             table = self._eval_state
-            if table is None or (table.device, table.dtype) != (e.device, e.dtype):  # once, not per decoding step
-                gen = torch.Generator().manual_seed(derive_seed(0, "poisson-eval-state"))
-                table = torch.randn(self.cfg.block_size, d, generator=gen) * self.cfg.state_std
-                self._eval_state = table = table.to(e.device, e.dtype)
+            # rows the positions may reach: past + T bounds them (padded batches' positions count
+            # real tokens only); read as a tensor, they would sync and break the compiled decode graph
+            need = self.cfg.block_size if getattr(self.cfg, "pos_encoding", "learned") == "learned" else past + T
+            if table is None or (table.device, table.dtype) != (e.device, e.dtype) or table.shape[0] < need:
+                # once, not per decoding step; block_size rows per chunk, chunk i drawn from seed
+                # derive_seed(i, ...), so the first block_size rows are always the same (chunk 0 is
+                # the whole table with pos_encoding=learned, which has no position past block_size)
+                chunks = []
+                for i in range(-(-max(need, self.cfg.block_size) // self.cfg.block_size)):
+                    gen = torch.Generator().manual_seed(derive_seed(i, "poisson-eval-state"))
+                    chunks.append(torch.randn(self.cfg.block_size, d, generator=gen) * self.cfg.state_std)
+                self._eval_state = table = torch.cat(chunks).to(e.device, e.dtype)
             s = table[past:past + T].expand(B, T, d) if positions is None else table[positions]
         return s, self.recurrence.anchor(e) if r > 0 else None
