@@ -5,7 +5,8 @@ multiply-add, attention score and value matmuls counted in full as the paper doe
 
     FLOPs = (n_pre + n_rec * r + n_coda) * (24 d^2 + 4 S d) + r * 10 d^2
 
-(dense GPT-2: n_layer * (24 d^2 + 4 S d)). The tied LM head, 2 d V, is reported separately. Every
+(dense GPT-2: n_layer * (24 d^2 + 4 S d)). A block's 24 d^2 is 8 d^2 (qkv, out) + 2 k d d_ff for an
+MLP of k matrices (gelu 2, swiglu 3) of width d_ff (4 d by default: 16 d^2). The tied LM head, 2 d V, is reported separately. Every
 family-specific term comes from the family's spec (rgpt_dist.models.spec): blocks run at depth r,
 its per-step extras (RecurrentGPT's 10 d^2 above, an adapter, LoRA), its extra parameters, what
 truncated backprop runs without autograd and what checkpointing recomputes.
@@ -27,10 +28,19 @@ def paper_table1() -> dict[str, tuple[float, float]]:
     return {k: v for spec in families().values() for k, v in spec.paper_table1.items()}
 
 
+def norm_params(cfg: ModelConfig) -> int:
+    """One normalisation over d: LayerNorm 2d (d without bias), RMSNorm d (a gain only)."""
+    return 2 * cfg.d_model if cfg.bias and cfg.norm == "layernorm" else cfg.d_model
+
+
 def block_params(cfg: ModelConfig) -> int:
-    """One GPT-2 block: qkv 3d^2, out d^2, MLP 8d^2; biases 9d and two LayerNorms 4d (2d without bias)."""
-    d = cfg.d_model
-    return 12 * d * d + (13 * d if cfg.bias else 2 * d)
+    """One block: qkv 3d^2, out d^2, MLP 2 d d_ff (gelu) or 3 d d_ff (swiglu), with biases 4d +
+    d_ff + d (gelu) or 2 d_ff + d (swiglu); two norms (norm_params); QK-norm's two head_dim gains.
+    GPT-2 (d_ff = 4d, biases, LayerNorm): 12 d^2 + 13 d."""
+    d, f = cfg.d_model, cfg.ffn_width
+    k = 3 if cfg.mlp == "swiglu" else 2
+    biases = 4 * d + (k - 1) * f + d if cfg.bias else 0
+    return 4 * d * d + k * d * f + biases + 2 * norm_params(cfg) + (2 * cfg.head_dim if cfg.qk_norm else 0)
 
 
 def embedding_params(cfg: ModelConfig) -> int:
@@ -44,8 +54,7 @@ def unique_blocks(cfg: ModelConfig) -> int:
 
 def param_count(cfg: ModelConfig, embeddings: bool = True) -> int:
     """Unique parameters (tied head counted once); without embeddings drops wte and wpe."""
-    final_ln = 2 * cfg.d_model if cfg.bias else cfg.d_model
-    n = unique_blocks(cfg) * block_params(cfg) + final_ln + spec_for(cfg).extra_params(cfg)
+    n = unique_blocks(cfg) * block_params(cfg) + norm_params(cfg) + spec_for(cfg).extra_params(cfg)
     return n + (embedding_params(cfg) if embeddings else 0)
 
 

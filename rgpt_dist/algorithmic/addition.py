@@ -74,6 +74,11 @@ class Addition(Task):
                             f"pass no length (got {length!r})")
         return super().check_length(length, None if split == "val" else split)
 
+    def _max_tokens(self, length: int) -> int:
+        # Both operands `length` wide: BOS + "[a] + [b] =" (2w + 9) + " [c]" (3 + a sum of up to
+        # w + 1 digits); EOS is never read (tokens = sequence[:-1]).
+        return 3 * length + 14
+
     def draw_train_length(self, rng: np.random.Generator):
         return None                       # widths are drawn per operand inside _sample
 

@@ -171,6 +171,22 @@ class Task:
     def valid_length(self, length: int) -> bool:
         return True
 
+    def max_tokens(self, length=None) -> int:
+        """The token count of the longest example the task can produce at `length` (None: the
+        training mix, i.e. the longest over the training grid), BOS included; what seq_len must hold."""
+        if length is None:
+            return max(self._max_tokens(n) for n in self.train_lengths)
+        return self._max_tokens(self.check_length(length))
+
+    def max_tokens_of(self, split: str) -> int:
+        """The longest example over a split's whole length grid (a grid entry None: the training mix)."""
+        return max(self.max_tokens(n) for n in self.lengths(split))
+
+    framing_tokens = 1            # tokens besides the `length` counted ones (BOS; mod-5 adds '=')
+
+    def _max_tokens(self, length: int) -> int:
+        return length + self.framing_tokens
+
     def partitioned(self, length) -> bool:
         """Whether the split partition applies at this length (its example space is large enough)."""
         return self.space_log2(length) >= PARTITION_MIN_LOG2

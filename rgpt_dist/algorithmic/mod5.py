@@ -50,6 +50,7 @@ def flat_value(operands: list[int], ops: list[str]) -> int:
 
 class _Mod5(Task):
     symbols = MOD5_SYMBOLS
+    framing_tokens = 2            # BOS and '='
 
     def _encode(self, symbols: list[str], value: int) -> Sample:
         ids = [self.token_id(s) for s in symbols]

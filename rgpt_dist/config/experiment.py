@@ -47,7 +47,33 @@ class Config(Section):
         out += self._block_count_problems()
         if self.train.seq_len > self.model.block_size:
             out.append(f"train.seq_len={self.train.seq_len} exceeds model.block_size={self.model.block_size}")
-        return list(dict.fromkeys(out))  # a value failing two bounds (inf) is reported once
+        out += self._task_problems()
+        if self.checkpoint.keep_best and not self.eval.every_steps:
+            out.append("checkpoint.keep_best=true needs evaluations to select from: set eval.every_steps > 0 "
+                       f"(got {self.eval.every_steps})")
+        return list(dict.fromkeys(out))
+
+    def _task_problems(self) -> list[str]:
+        """With data.task: every training and validation example fits train.seq_len (and a learned
+        position table), and its token ids fit the vocabulary."""
+        from rgpt_dist.algorithmic import TASKS
+
+        task = TASKS.get(self.data.task) if self.data.task else None
+        if task is None:  # none, or unknown (DataConfig reports it)
+            return []
+        need = max(task.max_tokens_of("train"), task.max_tokens_of("val"))
+        where = f"the longest {task.name} training or validation example has {need} tokens"
+        out = []
+        if self.train.seq_len < need:
+            out.append(f"train.seq_len={self.train.seq_len} is too short for data.task={task.name!r}: {where}; "
+                       f"set train.seq_len >= {need}")
+        if self.model.vocab_size < len(task.vocab):
+            out.append(f"model.vocab_size={self.model.vocab_size} is smaller than data.task={task.name!r}'s "
+                       f"vocabulary of {len(task.vocab)} tokens")
+        if getattr(self.model, "pos_encoding", "learned") == "learned" and self.model.block_size < need:
+            out.append(f"model.block_size={self.model.block_size} is too small for data.task={task.name!r} with "
+                       f"model.pos_encoding=learned: {where}; set model.block_size >= {need}")
+        return out  # a value failing two bounds (inf) is reported once
 
     def _block_count_problems(self) -> list[str]:
         """At most MAX_BLOCKS unique transformer blocks, whatever fields the family counts them in
@@ -68,6 +94,8 @@ class Config(Section):
             return [] if tp == 1 else [f"parallel.tp_size={tp} must be >= 1"]
         out = [f"model.{k}={v} is not divisible by parallel.tp_size={tp}" for k, v in
                (("n_head", m.n_head), ("d_model", m.d_model)) if v % tp]
+        if isinstance(m.d_ff, int) and m.d_ff > 0 and m.d_ff % tp:  # the MLP's hidden features are split too
+            out.append(f"model.d_ff={m.d_ff} is not divisible by parallel.tp_size={tp}")
         if m.padded_vocab_size % tp:
             out.append(f"the padded vocabulary {m.padded_vocab_size} (model.vocab_size={m.vocab_size}, "
                        f"model.pad_vocab_multiple={m.pad_vocab_multiple}) is not divisible by parallel.tp_size={tp}; "

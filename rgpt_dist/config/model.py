@@ -16,6 +16,12 @@ MAX_BLOCK_SIZE = 2**20
 MAX_WIDTH = 2**16
 POS_ENCODINGS = ("learned", "rope", "alibi", "none")
 """model.pos_encoding values (rgpt_dist.models.layers applies them; docs/models.md)."""
+NORMS = ("layernorm", "rmsnorm")
+"""model.norm values (as rgpt_dist.models.layers.NORMS)."""
+MLPS = ("gelu", "swiglu")
+"""model.mlp values (as rgpt_dist.models.layers.MLPS)."""
+MAX_FFN = 2**18
+"""Upper bound of model.d_ff (4 x MAX_WIDTH)."""
 MAX_BLOCKS = 1024
 """Transformer blocks a model may hold (checked for every family, e.g. gpt2's n_layer, in
 Config.problems) and the bound of each of n_pre, n_rec, n_coda and n_loops."""
@@ -57,6 +63,23 @@ class ModelConfig(Section):
     rope_base: float = 10000.0
     """RoPE's frequency base (pair i of a head rotates by position x base^(-2i/head_dim)); finite, > 1.
     Read only with pos_encoding=rope."""
+    norm: str = "layernorm"
+    """Every normalisation over d (blocks' two, the final one, and a family's own): `layernorm`
+    (GPT-2's, with a bias when `bias`) or `rmsnorm` (a gain only, never a bias); eps = ln_eps."""
+    mlp: str = "gelu"
+    """The block's feed-forward: `gelu` (d -> d_ff -> d, tanh GELU; GPT-2) or `swiglu` (down(silu(gate
+    x) * up x): three d x d_ff matrices)."""
+    d_ff: int = 0
+    """The feed-forward's hidden width; 0 <= d_ff <= 2^18. 0 = 4 d_model, for gelu only (swiglu
+    needs it given, e.g. the RLT paper's 1,365 at d_model 512)."""
+    qk_norm: bool = False
+    """RMS-normalise each head's q and k over head_dim (a gain of head_dim features for q and one
+    for k, shared by the heads) before RoPE."""
+    mup_base_width: int = 0
+    """Width-muP (Tensor Programs V, for Adam) with base width d_0, m = d_model / d_0: hidden
+    matrices (qkv, attention out, MLP) init std / sqrt(m) and learning rate lr / m, logits x 1 / m,
+    attention scale sqrt(head_dim / m) / head_dim. 0 = off (standard parametrisation; so is m = 1);
+    0 <= mup_base_width <= 2^16, a multiple of n_head."""
 
     @classmethod
     def variants(cls) -> dict[str, type[Section]]:
@@ -71,6 +94,11 @@ class ModelConfig(Section):
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_head
+
+    @property
+    def ffn_width(self) -> int:
+        """The feed-forward's hidden width: d_ff, or 4 d_model when d_ff is 0."""
+        return self.d_ff or 4 * self.d_model
 
     def problems(self, path: str) -> list[str]:
         out = out_of_bounds(path, ">", 0, vocab_size=self.vocab_size, block_size=self.block_size, d_model=self.d_model,
@@ -88,6 +116,20 @@ class ModelConfig(Section):
         if self.pos_encoding == "rope" and self.n_head > 0 and self.d_model % self.n_head == 0 and self.head_dim % 2:
             out.append(f"{path}.pos_encoding='rope' rotates pairs of features: head_dim = d_model / n_head = "
                        f"{self.head_dim} must be even")
+        return out + self._block_problems(path)
+
+    def _block_problems(self, path: str) -> list[str]:
+        """norm, mlp, d_ff, mup_base_width (qk_norm's gain is head_dim wide: nothing to check)."""
+        out = [f"{path}.{name}={value!r} is not one of {', '.join(allowed)}"
+               for name, value, allowed in (("norm", self.norm, NORMS), ("mlp", self.mlp, MLPS)) if value not in allowed]
+        out += out_of_bounds(path, ">=", 0, d_ff=self.d_ff, mup_base_width=self.mup_base_width)
+        out += out_of_bounds(path, "<=", MAX_FFN, d_ff=self.d_ff)
+        out += out_of_bounds(path, "<=", MAX_WIDTH, mup_base_width=self.mup_base_width)
+        if self.mlp == "swiglu" and self.d_ff == 0:
+            out.append(f"{path}.mlp='swiglu' needs {path}.d_ff > 0 (d_ff=0 means 4 x d_model for gelu only)")
+        if self.mup_base_width > 0 and self.n_head > 0 and self.mup_base_width % self.n_head:
+            out.append(f"{path}.mup_base_width={self.mup_base_width} is not divisible by {path}.n_head={self.n_head} "
+                       "(muP's base head_dim = mup_base_width / n_head)")
         return out
 
 

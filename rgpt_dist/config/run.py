@@ -38,11 +38,22 @@ class DataConfig(Section):
     cache_dir: str = ""
     """Local cache for remote URIs (default: a private per-user directory, $TMPDIR/rgpt-cache-UID/streaming;
     a directory given here must be this user's, mode 0700)."""
+    task: str = ""
+    """An algorithmic task of the RLT paper to train on (rgpt_dist.algorithmic.TASKS: parity,
+    s5_standard, s5_swaps, mod5_flat, mod5_brackets, addition), generated on the fly
+    (rgpt_dist.data.algorithmic); "" = the token shards of `paths` (which a task leaves unused, as
+    it does the splits, shuffle, workers and eval.batches: validation is the task's whole validation
+    set)."""
 
     def problems(self, path: str) -> list[str]:
         out = []
-        if not self.paths:
-            out.append(f"{path}.paths is empty: give at least one rgpt-prep output")
+        if self.task:
+            from rgpt_dist.algorithmic import TASKS  # numpy only: configs stay torch-free
+            if self.task not in TASKS:
+                out.append(f"{path}.task={self.task!r} is not an algorithmic task: expected one of "
+                           f"{', '.join(sorted(TASKS))}")
+        elif not self.paths:
+            out.append(f"{path}.paths is empty: give at least one rgpt-prep output (or {path}.task)")
         out += out_of_bounds(path, ">=", 1, num_canonical_nodes=self.num_canonical_nodes)
         out += out_of_bounds(path, "<=", MAX_WORKERS, num_workers=self.num_workers)
         return out + out_of_bounds(path, ">=", 0, num_workers=self.num_workers)
@@ -136,6 +147,10 @@ class CheckpointConfig(Section):
     requeue: bool = True
     """On SIGUSR1/SIGTERM every rank finishes the current step, the step is saved and the run stops;
     under SLURM, also `scontrol requeue` the job so that it resumes from that checkpoint."""
+    keep_best: bool = False
+    """Also keep the checkpoint of the evaluation with the minimum validation loss (the earliest step
+    on an exact tie; the RLT paper's checkpoint selection): saved at that step if the cadence did not,
+    named in DIR/best.json and never pruned. Requires eval.every_steps > 0."""
     trust_pickle: bool = False
     """UNSAFE. Resume from checkpoint files that need full unpickling (code the file names runs on
     load). Off: such a file is refused with its name. Only for checkpoints you wrote yourself with an

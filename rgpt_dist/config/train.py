@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 from rgpt_dist.config.base import Section, out_of_bounds
 
@@ -49,6 +50,11 @@ class TrainConfig(Section):
     max_nonfinite_steps: int = 5
     """Consecutive optimizer steps with a non-finite loss or gradient norm (each skipped on every
     rank) after which the run saves and stops."""
+    loss_norm: Literal["token", "example"] = "token"
+    """How a micro-batch's token losses become its loss (LayerFactory.loss_weights): token = the mean
+    over its scored tokens (language modelling, unchanged); example = the RLT paper's: each example's
+    mean over its own scored tokens, then the mean over the micro-batch's examples that have one
+    (algorithmic tasks, where an example scores 1 token or dozens); one of token, example."""
 
     def problems(self, path: str) -> list[str]:
         out = out_of_bounds(path, ">", 0, seq_len=self.seq_len, micro_batch_size=self.micro_batch_size,
@@ -69,6 +75,8 @@ class TrainConfig(Section):
                        f"{path}.micro_batch_size={self.micro_batch_size}")
         if self.warmup_steps > self.max_steps:
             out.append(f"{path}.warmup_steps={self.warmup_steps} exceeds {path}.max_steps={self.max_steps}")
+        if self.loss_norm not in ("token", "example"):
+            out.append(f"{path}.loss_norm={self.loss_norm!r} must be 'token' or 'example'")
         for name, beta in (("beta1", self.beta1), ("beta2", self.beta2)):
             if not 0 <= beta < 1:
                 out.append(f"{path}.{name}={beta} must be in [0, 1)")

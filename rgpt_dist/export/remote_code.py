@@ -64,9 +64,9 @@ CONFIG_KEYS = {
     "base_model_name_or_path": "peft: names another model to load",
     "quantization_config": "makes transformers load a quantizer and its kernels for the weights",
 }
-# config.json model types rgpt-export writes: GPT-2 (dense) and the looped families' RGPTConfig; another
+# config.json model types rgpt-export writes: GPT-2 and Llama / Qwen3 (dense) and the looped families' RGPTConfig; another
 # type builds another architecture, some of which fetch more (e.g. a pretrained backbone) while loading
-MODEL_TYPES = ("gpt2", "rgpt_dist")
+MODEL_TYPES = ("gpt2", "llama", "qwen3", "rgpt_dist")  # hf_dense, hf_llama, hf_looped
 _REPR = reprlib.Repr()
 _REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxdict = 160, 160, 3, 3
 

@@ -14,6 +14,11 @@ rotates each head's q and k, `alibi` adds a per-head linear distance bias to the
 the layers depends on block_size. RoPE and ALiBi take a token's position to be its index in the
 sequence, the past held by a KV cache included (`kv_cache.new_positions`): keys enter a cache
 already rotated, and left padding shifts every real token alike, which relative encodings do not see.
+
+Block options (docs/models.md): `cfg.norm` (LayerNorm | RMSNorm, every norm over d), `cfg.mlp` and
+`cfg.d_ff` (GELU d -> d_ff -> d | SwiGLU), `cfg.qk_norm` (per-head RMSNorm of q and k before RoPE)
+and width-muP (`cfg.mup_base_width`: hidden init std / sqrt(m), the attention scale, logits / m,
+and the `mup_lr_scale` tags rgpt_dist.train.optim reads). Defaults are GPT-2's block, bitwise.
 """
 from __future__ import annotations
 
@@ -26,6 +31,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from rgpt_dist.models.block_options import (ffn_width, layer_norm, mark_hidden, mlp_kind, mup_hidden_std,
+                                          mup_width_mult)
 from rgpt_dist.models.kv_cache import LayerCache, new_positions
 
 Parallel = Literal["column", "row", "none"]
@@ -68,10 +75,37 @@ class LayerFactory:
         """(B, T, d) x (V, d) -> (B, T, V): the tied LM head."""
         return F.linear(h, weight)
 
+    loss_norm: str = "token"  # train.loss_norm: how cross_entropy and loss_weights reduce token losses
+
     def cross_entropy(self, logits: torch.Tensor, targets: torch.Tensor, vocab_size: int) -> torch.Tensor:
-        """Mean next-token loss in fp32 (fp64 for fp64 logits) over the real vocabulary (padding rows
-        of the embedding never take probability mass); targets of -1 are ignored."""
-        return F.cross_entropy(_real_vocab(logits, vocab_size), targets.flatten(), ignore_index=-1)
+        """Next-token loss in fp32 (fp64 for fp64 logits) over the real vocabulary (padding rows
+        of the embedding never take probability mass); targets of -1 are ignored. Reduced as
+        `loss_weights` says: loss_norm token = the mean over scored tokens (F.cross_entropy's own
+        mean, unchanged bitwise), example = the RLT paper's per-example mean."""
+        if self.loss_norm == "token":
+            return F.cross_entropy(_real_vocab(logits, vocab_size), targets.flatten(), ignore_index=-1)
+        return self.reduce_losses(self.token_losses(logits, targets, vocab_size), targets)
+
+    def loss_weights(self, targets: torch.Tensor,
+                     dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, T) targets -> (weights (B, T) in `dtype`, normaliser ()): a micro-batch's loss is
+        (losses * weights).sum() / normaliser, for every objective that reduces token losses (the
+        LM head here, Ouro's exits). token: weight 1 at each scored token (target != -1), normaliser
+        their count. example (the RLT paper's normalisation): weight 1 / n_b at the n_b scored
+        tokens of example b, normaliser the number of examples with n_b > 0, i.e. the mean over
+        those examples of each one's mean token loss (all-padding rows count for nothing)."""
+        valid = (targets >= 0).to(dtype)
+        if self.loss_norm == "token":
+            return valid, valid.sum()
+        if self.loss_norm != "example":
+            raise ValueError(f"loss_norm {self.loss_norm!r} must be 'token' or 'example'")
+        scored = valid.sum(-1, keepdim=True)                                   # (B, 1): n_b
+        return valid / scored.clamp(min=1), (scored > 0).sum().to(dtype)
+
+    def reduce_losses(self, losses: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """(..., B, T) token losses (0 where unscored) -> (...) losses reduced by `loss_weights`."""
+        weights, n = self.loss_weights(targets, losses.dtype)
+        return (losses * weights).sum((-2, -1)) / n
 
     def token_losses(self, logits: torch.Tensor, targets: torch.Tensor, vocab_size: int) -> torch.Tensor:
         """(B, T, V) logits, (B, T) targets -> (B, T) next-token losses as in cross_entropy, 0 where
@@ -105,10 +139,6 @@ def _project(layer: nn.Module, x: torch.Tensor, delta: Deltas | None, name: str)
     """layer(x), or with a weight update layer(x) computed with W + delta[name] (a tensor of the
     weight's shape): one matmul per token as without the update."""
     return layer(x) if delta is None else layer(x, weight=layer.weight + delta[name])
-
-
-def layer_norm(cfg: Any) -> nn.LayerNorm:
-    return nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps, bias=cfg.bias)
 
 
 def residual_std(cfg: Any, block_executions: int) -> float:
@@ -173,14 +203,29 @@ class CausalSelfAttention(nn.Module):
     from GPT-2's [(q|k|v), head, head_dim] layout. Positions (module doc): `rope` rotates q and k
     before the cache stores k; `alibi` attends under a float mask (the distance bias, -inf where a
     key is hidden), every other encoding keeps the boolean / is_causal paths.
+
+    cfg.qk_norm: q and k are RMS-normalised per head over head_dim (one gain of head_dim features for
+    q, one for k, shared by every head: replicated under tensor parallelism, its gradient summed over
+    the ranks' heads by `factory.shared`) before RoPE. muP (mup_width_mult m): weights init with
+    std / sqrt(m), and the logits q.k scale by sqrt(base_head_dim) / head_dim, base_head_dim =
+    head_dim / m (1 / sqrt(head_dim) at m = 1, SDPA's default).
     """
 
     def __init__(self, cfg: Any, factory: LayerFactory, out_std: float):
         super().__init__()
         d = cfg.d_model
         self.head_dim = cfg.head_dim
-        self.qkv = factory.linear(d, 3 * d, bias=cfg.bias, parallel="column", init_std=cfg.init_std)
-        self.proj = factory.linear(d, d, bias=cfg.bias, parallel="row", init_std=out_std)
+        self.qkv = factory.linear(d, 3 * d, bias=cfg.bias, parallel="column", init_std=mup_hidden_std(cfg, cfg.init_std))
+        self.proj = factory.linear(d, d, bias=cfg.bias, parallel="row", init_std=mup_hidden_std(cfg, out_std))
+        mark_hidden(self, cfg)
+        m = mup_width_mult(cfg)
+        self.scale = None if m is None or m == 1 else math.sqrt(cfg.head_dim / m) / cfg.head_dim
+        if getattr(cfg, "qk_norm", False):
+            self.q_norm = nn.RMSNorm(cfg.head_dim, eps=cfg.ln_eps)
+            self.k_norm = nn.RMSNorm(cfg.head_dim, eps=cfg.ln_eps)
+            self.shared = factory.shared
+        else:
+            self.q_norm = self.k_norm = None
         self.pos_encoding = pos_encoding(cfg)
         self.rope_base = rope_base(cfg) if self.pos_encoding == "rope" else None
         local = cfg.n_head // factory.tp_size  # this rank's heads: a slice of the global slopes
@@ -197,6 +242,9 @@ class CausalSelfAttention(nn.Module):
         B, T, _ = x.shape
         qkv = _project(self.qkv, x, delta, "qkv").view(B, T, -1, 3, self.head_dim)  # (B, T, H_local, 3, hd)
         q, k, v = qkv.permute(3, 0, 2, 1, 4).unbind(0)                # each (B, H_local, T, hd)
+        if self.q_norm is not None:  # per head over hd, before RoPE (and before the cache keeps k)
+            q = F.rms_norm(q, (self.head_dim,), self.shared(self.q_norm.weight), self.q_norm.eps)
+            k = F.rms_norm(k, (self.head_dim,), self.shared(self.k_norm.weight), self.k_norm.eps)
         q_pos = None
         if self.pos_encoding in ("rope", "alibi"):
             q_pos = new_positions(cache, T, x.device) if pos is None else pos   # (T,) or (B, T)
@@ -207,16 +255,17 @@ class CausalSelfAttention(nn.Module):
         past = k.shape[2] - T
         if self.pos_encoding == "alibi":
             k_pos = q_pos if pos is not None else torch.arange(k.shape[2], device=x.device)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=self._alibi_bias(q_pos, k_pos, mask, q.dtype))
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=self._alibi_bias(q_pos, k_pos, mask, q.dtype),
+                                               scale=self.scale)
         elif mask is not None:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
         elif past == 0:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
         else:  # query t sits at position past + t and sees keys 0..past + t (is_causal would align
             # top-left); a single new token sees every key, so it needs no mask (and keeps fast kernels)
             mask = None if T == 1 else \
                 torch.arange(T, device=x.device)[:, None] + past >= torch.arange(past + T, device=x.device)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H_local, T, hd)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)  # (B, H_local, T, hd)
         return _project(self.proj, y.transpose(1, 2).reshape(B, T, -1), delta, "attn_proj")  # (B, T, d)
 
     def _alibi_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, mask: torch.Tensor | None,
@@ -234,28 +283,50 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    """d -> 4d -> d with GPT-2's tanh-approximated GELU."""
+    """d -> d_ff -> d (d_ff = ffn_width: 4d by default) with GPT-2's tanh-approximated GELU."""
 
     def __init__(self, cfg: Any, factory: LayerFactory, out_std: float):
         super().__init__()
-        d = cfg.d_model
-        self.fc = factory.linear(d, 4 * d, bias=cfg.bias, parallel="column", init_std=cfg.init_std)
-        self.proj = factory.linear(4 * d, d, bias=cfg.bias, parallel="row", init_std=out_std)
+        d, f = cfg.d_model, ffn_width(cfg)
+        self.fc = factory.linear(d, f, bias=cfg.bias, parallel="column", init_std=mup_hidden_std(cfg, cfg.init_std))
+        self.proj = factory.linear(f, d, bias=cfg.bias, parallel="row", init_std=mup_hidden_std(cfg, out_std))
+        mark_hidden(self, cfg)
 
     def forward(self, x: torch.Tensor, delta: Deltas | None = None) -> torch.Tensor:
         """delta: low-rank updates of 'fc' and 'mlp_proj', or None."""
         return _project(self.proj, F.gelu(_project(self.fc, x, delta, "fc"), approximate="tanh"), delta, "mlp_proj")
 
 
+class SwiGLU(nn.Module):
+    """proj(silu(gate(x)) * fc(x)): gate and fc (the "up" map) d -> d_ff column-parallel, proj d_ff
+    -> d row-parallel (Shazeer 2020); init as MLP, proj with the residual std."""
+
+    def __init__(self, cfg: Any, factory: LayerFactory, out_std: float):
+        super().__init__()
+        d, f = cfg.d_model, ffn_width(cfg)
+        std = mup_hidden_std(cfg, cfg.init_std)
+        self.gate = factory.linear(d, f, bias=cfg.bias, parallel="column", init_std=std)
+        self.fc = factory.linear(d, f, bias=cfg.bias, parallel="column", init_std=std)
+        self.proj = factory.linear(f, d, bias=cfg.bias, parallel="row", init_std=mup_hidden_std(cfg, out_std))
+        mark_hidden(self, cfg)
+
+    def forward(self, x: torch.Tensor, delta: Deltas | None = None) -> torch.Tensor:
+        """delta: low-rank updates of 'gate', 'fc' and 'mlp_proj', or None."""
+        h = F.silu(_project(self.gate, x, delta, "gate")) * _project(self.fc, x, delta, "fc")  # (B, T, d_ff local)
+        return _project(self.proj, h, delta, "mlp_proj")
+
+
 class Block(nn.Module):
-    """GPT-2 pre-norm block: x + attn(LN(x)), then x + mlp(LN(x))."""
+    """GPT-2 pre-norm block: x + attn(LN(x)), then x + mlp(LN(x)); LN is cfg.norm's (layer_norm),
+    mlp cfg.mlp's (MLP or SwiGLU)."""
 
     def __init__(self, cfg: Any, factory: LayerFactory, out_std: float):
         super().__init__()
         self.ln_1 = layer_norm(cfg)
         self.attn = CausalSelfAttention(cfg, factory, out_std)
         self.ln_2 = layer_norm(cfg)
-        self.mlp = MLP(cfg, factory, out_std)
+        mlp = SwiGLU if mlp_kind(cfg) == "swiglu" else MLP
+        self.mlp = mlp(cfg, factory, out_std)
 
     def forward(self, x: torch.Tensor, cache: LayerCache | None = None, delta: Deltas | None = None,
                 mask: torch.Tensor | None = None, pos: torch.Tensor | None = None) -> torch.Tensor:
@@ -305,11 +376,14 @@ def padding_mask(attention_mask: torch.Tensor, t_new: int) -> tuple[torch.Tensor
 
 
 class LMHead(nn.Module):
-    """Final LayerNorm and the head tied to the token embedding; computes the loss when given targets."""
+    """Final LayerNorm and the head tied to the token embedding; computes the loss when given targets.
+    muP (mup_width_mult m != 1): the logits are multiplied by 1 / m (applied to the normed state)."""
 
     def __init__(self, cfg: Any, factory: LayerFactory, wte: nn.Module):
         super().__init__()
         self.ln_f = layer_norm(cfg)
+        m = mup_width_mult(cfg)
+        self.logit_scale = None if m is None or m == 1 else 1.0 / m
         self.factory = factory
         self.vocab_size = cfg.vocab_size
         self.wte = [wte]  # a list, so the tied weight is not registered (and counted) twice
@@ -319,6 +393,7 @@ class LMHead(nn.Module):
         return [self.wte[0].weight]
 
     def forward(self, h: torch.Tensor, targets: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        logits = self.factory.lm_logits(self.ln_f(h), self.wte[0].weight)  # (B, T, V_padded / tp)
+        h = self.ln_f(h) if self.logit_scale is None else self.ln_f(h) * self.logit_scale
+        logits = self.factory.lm_logits(h, self.wte[0].weight)  # (B, T, V_padded / tp)
         loss = None if targets is None else self.factory.cross_entropy(logits, targets, self.vocab_size)
         return logits, loss

@@ -154,8 +154,10 @@ class FamilySpec:
 
 
 def block_flops(cfg: Any, seq_len: int) -> float:
-    """Eq. 1's forward FLOPs per token of one block: 24 d^2 (qkv, out, MLP) + 4 S d (attention)."""
-    return float(24 * cfg.d_model ** 2 + 4 * seq_len * cfg.d_model)
+    """Eq. 1's forward FLOPs per token of one block: 24 d^2 (qkv, out, MLP) + 4 S d (attention); with
+    model.mlp / d_ff, 8 d^2 + 2 k d d_ff for k MLP matrices (gelu 2, swiglu 3) instead of 24 d^2."""
+    d, k = cfg.d_model, 3 if getattr(cfg, "mlp", "gelu") == "swiglu" else 2
+    return float(8 * d * d + 2 * k * d * (getattr(cfg, "d_ff", 0) or 4 * d) + 4 * seq_len * d)
 
 
 _SPECS: dict[str, FamilySpec] | None = None

@@ -104,7 +104,10 @@ class TensorParallelFactory(LayerFactory):
 
     def cross_entropy(self, logits: torch.Tensor, targets: torch.Tensor, vocab_size: int) -> torch.Tensor:
         """Vocabulary-parallel cross-entropy on this rank's logit shard; padding columns (ids >=
-        vocab_size) are masked, targets of -1 ignored."""
+        vocab_size) are masked, targets of -1 ignored; reduced by `loss_weights` (loss_norm token:
+        the mean over scored tokens, as before; example: the per-example mean)."""
+        if self.loss_norm != "token":
+            return self.reduce_losses(self.token_losses(logits, targets, vocab_size), targets)
         valid = targets >= 0
         return self.token_losses(logits, targets, vocab_size).sum() / valid.sum()
 

@@ -6,7 +6,9 @@ visible only after every rank has finished writing: rank 0 then records a sha256
 `checksums.json` and points DIR/latest at it, each written atomically and durably (temp file, fsync,
 rename, fsync of the directory). On start the newest checkpoint that verifies (every file listed,
 every listed file present and matching, nothing else in the directory) is loaded; incomplete or
-corrupted ones are skipped with a warning. Only the last `keep_last` complete checkpoints are kept.
+corrupted ones are skipped with a warning. Only the last `keep_last` complete checkpoints are kept,
+and the best one (checkpoint.keep_best): DIR/best.json = {"tag", "step", "val_loss"} names it,
+written atomically by rank 0 once that checkpoint is complete, and pruning never deletes it.
 
 Checkpoints are read through `SafeCheckpointEngine`: DeepSpeed's files are unpickled with torch's
 restricted loader (rgpt_dist.safe_load), so a shared or downloaded run directory cannot run code.
@@ -31,6 +33,7 @@ from rgpt_dist.train.run_dir import tag_problem
 TAG_PREFIX = "step_"
 RECORD = "checksums.json"
 RUN_CONFIG = "run_config.json"
+BEST = "best.json"
 """The config of the run that wrote a checkpoint, plain JSON: checked against a resuming run before
 any state is loaded (a different precision or sharding would otherwise fail inside DeepSpeed)."""
 
@@ -128,8 +131,9 @@ class CheckpointManager:
         return sorted((p for p in self.dir.iterdir() if p.name.startswith(TAG_PREFIX) and p.is_dir()
                        and not p.is_symlink()), key=lambda p: p.name, reverse=True)
 
-    def save(self, engine, step: int, client_state: dict[str, Any]) -> Path:
-        """Collective: every rank calls it."""
+    def save(self, engine, step: int, client_state: dict[str, Any], best: dict[str, Any] | None = None) -> Path:
+        """Collective: every rank calls it. With `best` ({"step": step, "val_loss": v}), this
+        checkpoint becomes the best one: best.json names it once it is complete, before pruning."""
         tag = f"{TAG_PREFIX}{step:08d}"
         tag_dir = self.dir / tag
         problem = [None]
@@ -148,14 +152,29 @@ class CheckpointManager:
             fsync_tree(tag_dir)  # the files are on disk before the record says they are complete
             atomic_write_text(tag_dir / RECORD, json.dumps(_checksums(tag_dir), indent=1, sort_keys=True))
             atomic_write_text(self.dir / "latest", tag)
+            if best is not None:
+                atomic_write_text(self.dir / BEST, json.dumps({"tag": tag, "step": step, "val_loss": best["val_loss"]}))
             self._prune()
         dist.barrier()
         return tag_dir
 
     def _prune(self) -> None:
         complete = [t for t in self.tags() if (t / RECORD).exists()]
+        best = self.best_tag()
         for old in complete[self.keep_last:]:
-            shutil.rmtree(old, ignore_errors=True)
+            if old.name != best:
+                shutil.rmtree(old, ignore_errors=True)
+
+    def best_tag(self) -> str | None:
+        """The tag best.json names (checkpoint.keep_best), or None: no best.json, or not one of ours."""
+        path = self.dir / BEST
+        try:
+            best = None if path.is_symlink() else json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):
+            return None
+        tag = best.get("tag") if isinstance(best, dict) else None
+        ok = isinstance(tag, str) and tag.startswith(TAG_PREFIX) and tag[len(TAG_PREFIX):].isdigit()
+        return tag if ok else None
 
     def newest_valid(self) -> str | None:
         """Rank 0 picks the newest verified checkpoint (warning about every one it skips) and checks

@@ -1,4 +1,13 @@
-"""AdamW with the nanoGPT weight-decay convention and the paper's warmup + cosine schedule."""
+"""AdamW with the nanoGPT weight-decay convention and the paper's warmup + cosine schedule.
+
+Width-muP (model.mup_base_width, Tensor Programs V's Adam rule): the layers tag the modules whose
+matrices are hidden weights (`mup_lr_scale` = 1 / m, rgpt_dist.models.layers); their >= 2-D
+parameters form groups of their own whose learning rate is lr / m. The schedule multiplies every
+group's own lr by the same factor (LambdaLR keeps each group's initial lr), so its shape is kept and
+the hidden groups run at 1 / m of it throughout (min_lr included); AdamW's decoupled decay reads the
+group's lr too, as in the `mup` package's MuAdamW. DeepSpeed steps this client scheduler and never
+sets group learning rates itself; its reported lr (`get_lr()[0]`) is the first group's, the
+unscaled one."""
 from __future__ import annotations
 
 import math
@@ -9,11 +18,28 @@ import torch.distributed as dist
 from rgpt_dist.config.train import TrainConfig
 
 
+def _lr_scales(model: torch.nn.Module) -> dict[int, float]:
+    """id(parameter) -> muP lr scale, for every >= 2-D parameter under a module tagged `mup_lr_scale`."""
+    scales = {}
+    for module in model.modules():
+        scale = getattr(module, "mup_lr_scale", None)
+        if scale is not None:
+            scales.update({id(p): scale for p in module.parameters() if p.dim() >= 2})
+    return scales
+
+
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """Decay tensors of 2 or more dimensions (matmul weights, embeddings); not biases or norm gains."""
+    """Decay tensors of 2 or more dimensions (matmul weights, embeddings); not biases or norm gains.
+    Under muP the hidden matrices come last, one group per lr scale (its key `lr_scale`); without
+    muP exactly the two groups above."""
     params = [p for p in model.parameters() if p.requires_grad]
-    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    scales = _lr_scales(model)
+    groups = [{"params": [p for p in params if p.dim() >= 2 and id(p) not in scales], "weight_decay": weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    for scale in sorted(set(scales.values())):
+        groups.append({"params": [p for p in params if scales.get(id(p)) == scale], "weight_decay": weight_decay,
+                       "lr_scale": scale})
+    return groups
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -56,12 +82,16 @@ class SkipNonFiniteAdamW(torch.optim.AdamW):
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> SkipNonFiniteAdamW:
     """torch AdamW as DeepSpeed's client optimizer (DeepSpeed's CPU Adam would compile an op first)."""
-    return SkipNonFiniteAdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
-                              eps=1e-8)
+    groups = param_groups(model, cfg.weight_decay)
+    for group in groups:
+        if "lr_scale" in group:  # muP's hidden matrices: lr / m
+            group["lr"] = cfg.lr * group["lr_scale"]
+    return SkipNonFiniteAdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=1e-8)
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.lr_scheduler.LambdaLR:
-    """Stepped once per optimizer step (by the DeepSpeed engine)."""
+    """Stepped once per optimizer step (by the DeepSpeed engine); every group's lr is its initial lr
+    (cfg.lr, or lr / m for muP's hidden matrices) x lr_at(step) / cfg.lr."""
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_at(step, cfg) / cfg.lr)
 
 

@@ -19,7 +19,10 @@ def preflight(cfg: Config, world_size: int) -> list[str]:
         out.append(f"train.global_batch_size={t.global_batch_size} is not divisible by train.micro_batch_size="
                    f"{t.micro_batch_size} x {dp} data-parallel ranks")
     splits = [cfg.data.train_split] + ([cfg.data.val_split] if cfg.eval.every_steps > 0 else [])
-    for i, root in enumerate(cfg.data.paths):
+    if cfg.data.task and cfg.eval.every_steps > 0:  # a task is generated: data.paths are unused
+        from rgpt_dist.data.algorithmic import validation_problem
+        out += validation_problem(cfg.data.task, dp)
+    for i, root in enumerate([] if cfg.data.task else cfg.data.paths):
         if "://" not in root:
             out += [f"data.paths[{i}]={root!r}: {problem}"
                     for problem in _split_problems(Path(root), splits, t.seq_len, cfg.model.vocab_size)]

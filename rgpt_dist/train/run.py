@@ -11,6 +11,7 @@ import torch
 from rgpt_dist.config.experiment import Config
 from rgpt_dist.data.streaming import token_dataset, token_loader
 from rgpt_dist.durable import atomic_write_text
+from rgpt_dist.models.layers import LayerFactory
 from rgpt_dist.parallel.checkpointing import apply_activation_checkpointing
 from rgpt_dist.parallel.compile import apply_compile
 from rgpt_dist.parallel.dims import ParallelDims
@@ -27,9 +28,17 @@ EXIT_REFUSED = 2  # like a bad config: nothing ran, nothing was written
 
 
 def _loaders(cfg: Config, dims: ParallelDims):
-    """Every rank reads; with tp > 1 streaming's `replication` gives the tp ranks of a replica the
-    same samples."""
+    """(training loader, validation batches) from the data source: an algorithmic task
+    (data.task) or token shards. Every rank reads; the tp ranks of a replica read the same samples
+    (a task's loader is indexed by dp rank; for shards, streaming's `replication`)."""
     d, t = cfg.data, cfg.train
+    if d.task:
+        from rgpt_dist.data.algorithmic import TaskLoader, validation_batches
+
+        train = TaskLoader(d.task, t.seq_len, t.micro_batch_size, t.global_batch_size, dims.dp, dims.dp_rank)
+        val = validation_batches(d.task, t.seq_len, t.micro_batch_size, dims.dp, dims.dp_rank) \
+            if cfg.eval.every_steps else []
+        return train, val
     common = dict(batch_size=t.micro_batch_size, seed=t.seed, num_canonical_nodes=d.num_canonical_nodes,
                   cache_dir=d.cache_dir or None, replication=dims.tp if dims.tp > 1 else None)
     train = token_loader(token_dataset(d.paths, d.train_split, shuffle=d.shuffle, **common), t.micro_batch_size,
@@ -43,6 +52,12 @@ def _loaders(cfg: Config, dims: ParallelDims):
     return train, val
 
 
+def with_loss_norm(factory: LayerFactory, cfg: Config) -> LayerFactory:
+    """The layer factory reducing token losses as train.loss_norm says (LayerFactory.loss_weights)."""
+    factory.loss_norm = cfg.train.loss_norm
+    return factory
+
+
 def shard_model(full: torch.nn.Module, cfg: Config, dims: ParallelDims) -> torch.nn.Module:
     """The tensor-parallel model for this rank, initialised by splitting the full (tp = 1) one, so a
     run starts from the same weights whatever its tp size."""
@@ -50,7 +65,7 @@ def shard_model(full: torch.nn.Module, cfg: Config, dims: ParallelDims) -> torch
     from rgpt_dist.parallel.tensor_parallel import TensorParallelFactory, init_tensor_parallel
 
     init_tensor_parallel(dims.tp)
-    model = build_model(cfg.model, factory=TensorParallelFactory())
+    model = build_model(cfg.model, factory=with_loss_norm(TensorParallelFactory(), cfg))
     model.load_state_dict(split_state_dict(full.state_dict(), tp_layout(model), dims.rank % dims.tp, dims.tp))
     return model
 
@@ -68,7 +83,7 @@ def train(cfg: Config) -> int:
     run_dir = Path(cfg.log.run_dir)
     if dims.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
-    model = build_model(cfg.model, seed=cfg.train.seed)
+    model = build_model(cfg.model, factory=with_loss_norm(LayerFactory(), cfg), seed=cfg.train.seed)
     if dims.tp > 1:
         model = shard_model(model, cfg, dims)
     compiled = apply_compile(model, cfg.parallel.compile_mode(), cfg.parallel.compile_backend)

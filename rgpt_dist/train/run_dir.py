@@ -47,8 +47,9 @@ def _problem(path: Path, want_dir: bool) -> str | None:
 
 
 def checkpoint_entries(ckpt_dir: Path) -> list[str]:
-    """Problems in a checkpoint directory: `latest` must be a file, every `step_*` a real directory."""
-    out = [p for p in [_problem(ckpt_dir / "latest", want_dir=False)] if p]
+    """Problems in a checkpoint directory: `latest` and `best.json` must be files, every `step_*` a
+    real directory."""
+    out = [p for name in ("latest", "best.json") if (p := _problem(ckpt_dir / name, want_dir=False))]
     if ckpt_dir.is_dir():
         out += [p for e in sorted(ckpt_dir.iterdir()) if e.name.startswith("step_")
                 and (p := _problem(e, want_dir=True))]

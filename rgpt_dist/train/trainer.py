@@ -3,9 +3,14 @@
 Families differ only through what they return: the model's depth sampler (None for dense models),
 `ModelOutput.loss`, and `aux` (an optional `aux_loss` is added to the loss; the per-step statistics in
 `aux['stats']` and exit losses are logged when present). No branch here names a family.
+With checkpoint.keep_best, each evaluation that `improves` on the best validation loss so far is
+saved and named in best.json (CheckpointManager.save(best=...)); the best so far rides in the client
+state, so a resumed run continues the same selection.
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import time
 from typing import Any, Iterator
@@ -76,6 +81,7 @@ class Trainer:
         # which drops the norm, and our AdamW computes none, so the trainer computes it (own_norm)
         self.own_norm = cfg.parallel.zero_stage == 0 and cfg.parallel.dtype != "bf16"
         self._data: Iterator | None = None
+        self.best: dict[str, Any] | None = None  # checkpoint.keep_best: {"step", "val_loss"} of the best evaluation
 
     # ---- data -------------------------------------------------------------------------------
     def _batches(self) -> Iterator:
@@ -84,8 +90,9 @@ class Trainer:
             yield from self.train_loader
 
     def client_state(self) -> dict[str, Any]:
-        return {"step": self.step, "tokens": self.tokens, "loader": self.train_loader.state_dict(),
-                "config": self.cfg.to_dict()}
+        state = {"step": self.step, "tokens": self.tokens, "loader": self.train_loader.state_dict(),
+                 "config": self.cfg.to_dict()}
+        return state if self.best is None else {**state, "best": self.best}
 
     def resume(self) -> bool:
         """Load the newest complete checkpoint, if resumption is on and there is one."""
@@ -99,6 +106,7 @@ class Trainer:
             self._check_same_run(state.get("config"), tag)
         self.step, self.tokens = state["step"], state["tokens"]
         self.train_loader.load_state_dict(state["loader"])
+        self.best = state.get("best")  # the selection continues where it was (checkpoint.keep_best)
         self.sink.resume_at(self.step)
         if self.dims.is_main:
             print(f"resumed from {self.ckpt.dir / tag} at step {self.step}", flush=True)
@@ -112,9 +120,12 @@ class Trainer:
             return
         now = self.cfg.to_dict()
         keys = [("model", k) for k in now["model"]] + [("train", "seed"), ("parallel", "tp_size"),
-                                                        ("parallel", "zero_stage"), ("parallel", "dtype")]
-        diffs = [f"{a}.{b}: checkpoint {saved.get(a, {}).get(b)!r}, config {now[a][b]!r}"
-                 for a, b in keys if saved.get(a, {}).get(b) != now[a][b]]
+                                                        ("parallel", "zero_stage"), ("parallel", "dtype"),
+                                                        ("data", "task")]
+        # a field the checkpoint does not record is newer than it: it ran with the field's default
+        then = {(a, b): saved.get(a, {}).get(b, _field_default(getattr(self.cfg, a), b)) for a, b in keys}
+        diffs = [f"{a}.{b}: checkpoint {then[a, b]!r}, config {now[a][b]!r}"
+                 for a, b in keys if then[a, b] != now[a][b]]
         if diffs:
             raise DifferentRun(f"{self.ckpt.dir / tag} belongs to a different run ({'; '.join(diffs)}): give "
                                f"this run its own log.run_dir (or checkpoint.dir), or checkpoint.resume=false")
@@ -226,11 +237,15 @@ class Trainer:
                 window_t, window = time.perf_counter(), [0, 0.0, 0.0]
             self._check_finite(record)
             paused = time.perf_counter()  # evaluation and checkpoints do not count against tokens/s
+            best = None
             if cfg.eval.every_steps and (self.step % cfg.eval.every_steps == 0 or self.step == cfg.train.max_steps):
-                self._log_eval(self.evaluate())
-            saved = self.step % cfg.checkpoint.every_steps == 0 or self.step == cfg.train.max_steps
+                evaluation = self.evaluate()
+                self._log_eval(evaluation)
+                if cfg.checkpoint.keep_best and improves(self.best, evaluation["val_loss"]):
+                    self.best = best = {"step": self.step, "val_loss": evaluation["val_loss"]}
+            saved = self.step % cfg.checkpoint.every_steps == 0 or self.step == cfg.train.max_steps or best is not None
             if saved:
-                self.ckpt.save(self.engine, self.step, self.client_state())
+                self.ckpt.save(self.engine, self.step, self.client_state(), best=best)
             if self.stop is not None and self.stop.agreed(_comm_device()) and self.step < cfg.train.max_steps:
                 return self._stop_early(saved)
             window_t += time.perf_counter() - paused
@@ -285,6 +300,22 @@ class Trainer:
         curve = record.get("early_exit")
         table = "" if not curve else "\n" + "\n".join(f"    exit r*={k:2d}: {v:.4f}" for k, v in enumerate(curve))
         self.sink.log(record, f"eval step {record['step']:6d} | val_loss {record['val_loss']:.4f}{table}")
+
+
+def _field_default(section: Any, name: str) -> Any:
+    """The default of a config section's field (None for a field the section does not have)."""
+    for f in dataclasses.fields(section):
+        if f.name == name:
+            if f.default is not dataclasses.MISSING:
+                return f.default
+            return None if f.default_factory is dataclasses.MISSING else f.default_factory()
+    return None
+
+
+def improves(best: dict[str, Any] | None, val_loss: float) -> bool:
+    """Whether an evaluation's loss becomes the best (checkpoint.keep_best): finite and strictly
+    below the best so far, so that the earliest step wins an exact tie."""
+    return math.isfinite(val_loss) and (best is None or val_loss < best["val_loss"])
 
 
 def _engine_norm(engine) -> float:

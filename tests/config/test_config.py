@@ -95,6 +95,8 @@ BAD = [
     (["parallel.tp_size=3"], "model.d_model=64 is not divisible by parallel.tp_size=3"),
     (["parallel.tp_size=2"], "the padded vocabulary 50257 (model.vocab_size=50257, model.pad_vocab_multiple=1) is not divisible by parallel.tp_size=2; use model.pad_vocab_multiple=256"),
     (["parallel.tp_size=0"], "parallel.tp_size=0 must be >= 1"),
+    (["model.mlp=swiglu", "model.d_ff=341", "parallel.tp_size=2", "model.pad_vocab_multiple=256"],
+     "model.d_ff=341 is not divisible by parallel.tp_size=2"),  # megatron would fail after process start
     (["no_equals_sign"], "override 'no_equals_sign' is not of the form key=value"),
     (["model.n_loops=[1"], "value is not valid YAML"),
 ]

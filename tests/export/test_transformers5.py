@@ -44,6 +44,12 @@ FAMILIES = {
     "mor": spec_for("mor").config(**LOOPED, router_alpha=1.0),
 }
 LOOPED_FAMILIES = [f for f in FAMILIES if f != "gpt2"]
+# the dense family's other stock export: the RLT baseline's block as Qwen3 (rgpt_dist.export.hf_llama), muP on
+BLOCKS = {"gpt2-rlt": spec_for("gpt2").config(vocab_size=300, block_size=64, d_model=48, n_head=4, n_layer=2, bias=False,
+                                              norm="rmsnorm", mlp="swiglu", d_ff=64, qk_norm=True, pos_encoding="rope",
+                                              mup_base_width=96)}
+MODELS = {**FAMILIES, **BLOCKS}
+STOCK = ("gpt2", "gpt2-rlt")  # loaded without remote code
 N_NEW = 10
 
 
@@ -167,7 +173,7 @@ def exports(hf_env, tmp_path_factory):
     """family -> (export dir, native model), written as rgpt-export writes the hf/ folder."""
     root = tmp_path_factory.mktemp("exports")
     out = {}
-    for family, cfg in FAMILIES.items():
+    for family, cfg in MODELS.items():
         model = perturbed(cfg)
         path = root / family
         path.mkdir()
@@ -181,7 +187,7 @@ def under_v5(exports, tmp_path_factory):
     """(tensors, info) the transformers 5 subprocess produced for the exports."""
     pins = transformers5()
     cwd = tmp_path_factory.mktemp("v5")
-    models = {"gpt2": {"path": str(exports["gpt2"][0]), "kwargs": {}, "generate": True}}
+    models = {name: {"path": str(exports[name][0]), "kwargs": {}, "generate": True} for name in STOCK}
     for family in LOOPED_FAMILIES:
         path, remote = str(exports[family][0]), {"trust_remote_code": True}
         models[family] = {"path": path, "kwargs": remote, "generate": True}  # r_eval = R
@@ -242,36 +248,40 @@ def test_the_subprocess_ran_transformers_5(under_v5):
     assert int(info["version"].split(".")[0]) >= 5, info["version"]
     assert info["file"].startswith(str(TARGET)), info["file"]
     assert (info["gpt2"]["class"], info["gpt2"]["config"]) == ("GPT2LMHeadModel", "GPT2Config")
+    assert (info["gpt2-rlt"]["class"], info["gpt2-rlt"]["config"]) == ("Qwen3ForCausalLM", "Qwen3Config")
     assert all(info[f]["class"] == "RGPTForCausalLM" for f in LOOPED_FAMILIES)
-    assert all(v["tied"] for k, v in info.items() if k.split(".")[0] in FAMILIES)
+    assert all(v["tied"] for k, v in info.items() if k.split(".")[0] in MODELS)
     # the remote code uses 5.x's names: no fallback for `cache_position` or `past_key_values` was taken
     assert "cache_position" not in info["stderr"]
     assert "past_key_values`/`cache_params` are deprecated" not in info["stderr"]
 
 
-@pytest.mark.parametrize("name", ["gpt2"] + [f"{f}{d}" for f in LOOPED_FAMILIES for d in ("", ".r1", ".deep")])
+@pytest.mark.parametrize("name", list(STOCK) + [f"{f}{d}" for f in LOOPED_FAMILIES for d in ("", ".r1", ".deep")])
 def test_logits_and_loss_equal_the_native_model(under_v5, exports, name):
     out, _ = under_v5
     family, _, depth = name.partition(".")
     _, model = exports[family]
-    cfg = FAMILIES[family]
-    kw = {} if family == "gpt2" else {"r": {"": cfg.n_loops, "r1": 1, "deep": deepest(family)}[depth]}
+    cfg = MODELS[family]
+    kw = {} if family in STOCK else {"r": {"": cfg.n_loops, "r1": 1, "deep": deepest(family)}[depth]}
     ids = prompt()
     with torch.no_grad():
         logits = model(ids, **kw).logits[..., :cfg.vocab_size]
         loss = model(ids[:, :-1], ids[:, 1:], **kw).loss  # HF shifts the labels inside
     assert out[f"{name}.logits"].shape == logits.shape and logits.abs().max() > 0.1
-    torch.testing.assert_close(out[f"{name}.logits"], logits, atol=1e-5, rtol=0)
-    torch.testing.assert_close(out[f"{name}.loss"], loss, atol=1e-5, rtol=0)
+    # fp32 rounding; the Qwen3 block (RMSNorm of q and k, muP's gains folded into weights) sums in another
+    # order than ours: 1.0e-5 measured on 2026-12-03 where the others stay under 1e-5
+    atol = 2e-5 if family in BLOCKS else 1e-5
+    torch.testing.assert_close(out[f"{name}.logits"], logits, atol=atol, rtol=0)
+    torch.testing.assert_close(out[f"{name}.loss"], loss, atol=atol, rtol=0)
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", list(MODELS))
 def test_generate_with_cache_equals_without_and_matches_4_57(under_v5, exports, family):
     from transformers import AutoModelForCausalLM
 
     out, info = under_v5
     cached, uncached = out[f"{family}.greedy.True"], out[f"{family}.greedy.False"]
-    assert info[family]["cache"] == ("DynamicCache" if family == "gpt2" else "RGPTCache")
+    assert info[family]["cache"] == ("DynamicCache" if family in STOCK else "RGPTCache")
     assert torch.equal(cached, uncached)
     # float32 rounding: the cached path sums attention in another order, and Ouro's iterations compound
     # it (1.1e-5 measured on 2026-12-02, with weights that depend on the session's dataset, this
@@ -282,7 +292,7 @@ def test_generate_with_cache_equals_without_and_matches_4_57(under_v5, exports, 
     assert torch.equal(out[f"{family}.beams.True"], out[f"{family}.beams.False"])
     # the same export under the pinned 4.57 decodes the same tokens
     path, _ = exports[family]
-    model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=family != "gpt2").eval()
+    model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=family not in STOCK).eval()
     ids = prompt()
     kw = dict(attention_mask=torch.ones_like(ids), max_new_tokens=N_NEW, min_new_tokens=N_NEW, do_sample=False,
               pad_token_id=0)

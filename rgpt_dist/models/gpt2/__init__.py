@@ -12,6 +12,17 @@ def _gpt2(scale: str, n_layer: int) -> dict:
     return {"family": "gpt2", "d_model": d, "n_head": h, "n_layer": n_layer}
 
 
+RLT_BLOCK = {"vocab_size": 277, "pad_vocab_multiple": 1, "bias": False, "norm": "rmsnorm", "mlp": "swiglu",
+             "qk_norm": True, "pos_encoding": "rope", "mup_base_width": 512}
+"""The RLT paper's decoder-only Transformer baseline (width 512, 4 heads, FFN 1,365, vocabulary
+capacity 277, tied head, width-muP at base width 512; docs/models.md derives it from the paper's
+parameter counts): pre-norm RMSNorm, QK-norm, RoPE, SwiGLU, no biases."""
+
+
+def _rlt(n_layer: int, d_model: int = 512, d_ff: int = 1365) -> dict:
+    return {"family": "gpt2", **RLT_BLOCK, "d_model": d_model, "n_head": 4, "d_ff": d_ff, "n_layer": n_layer}
+
+
 class GPT2Spec(FamilySpec):
     name = "gpt2"
     title = "GPT-2"
@@ -24,6 +35,9 @@ class GPT2Spec(FamilySpec):
         "gpt2-medium": _gpt2("medium", 24),
         "gpt2-large": _gpt2("large", 36),
         "gpt2-debug": {"family": "gpt2", **DEBUG_WIDTH, "n_layer": 4},
+        "rlt-transformer-8": _rlt(8),     # 25,314,304 parameters (paper Table 4: 25.31M)
+        "rlt-transformer-16": _rlt(16),   # 50,486,272 parameters
+        "rlt-transformer-debug": _rlt(4, d_model=128, d_ff=341),  # CPU-sized; muP m = 1/4 transfers lr
     }
     paper_table1 = {"gpt2-small": (124e6, 1.84e9), "gpt2-medium": (354e6, 7.35e9), "gpt2-large": (774e6, 21.1e9)}
     paper_val_loss = {"gpt2-small": 3.15, "gpt2-medium": 2.84, "gpt2-large": 2.71}

@@ -9,7 +9,9 @@ from rgpt_dist.config.model import ModelConfig
 
 @dataclasses.dataclass
 class GPT2Config(ModelConfig):
-    """Dense GPT-2 (pre-norm, GELU MLP 4d, learned positions, tied head): the baseline."""
+    """Dense GPT-2 (pre-norm, GELU MLP 4d, learned positions, tied head): the baseline. The shared
+    block fields (norm, mlp, d_ff, qk_norm, pos_encoding, mup_base_width) also make it the RLT paper's
+    Transformer baseline (flavours rlt-transformer-*, docs/models.md)."""
 
     family: str = "gpt2"
     """Model family (fixed for this class)."""

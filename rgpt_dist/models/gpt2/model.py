@@ -5,7 +5,8 @@
 With a KV cache (`make_cache`, inference), idx holds only the tokens after the cached ones.
 
 Initialisation follows GPT-2: N(0, 0.02) weights, zero biases, residual output projections scaled
-by 1/sqrt(2 * n_layer).
+by 1/sqrt(2 * n_layer); under muP (model.mup_base_width) hidden matrices further by 1/sqrt(m). The
+block's options (RMSNorm, SwiGLU, QK-norm, RoPE, muP: the RLT baseline) are the shared layers'.
 """
 from __future__ import annotations
 

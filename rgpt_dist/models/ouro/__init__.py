@@ -34,7 +34,7 @@ class OuroSpec(LoopedSpec):
 
     def extra_params(self, cfg: Any) -> int:
         """The exit gate: its LayerNorm and w (d) + b."""
-        return (2 * cfg.d_model if cfg.bias else cfg.d_model) + cfg.d_model + 1
+        return (2 * cfg.d_model if cfg.bias and cfg.norm == "layernorm" else cfg.d_model) + cfg.d_model + 1
 
     def _readout_flops(self, cfg: Any, seq_len: int) -> float:
         """One iteration's exit: coda, head (2 d V) and gate (2 d) per token."""

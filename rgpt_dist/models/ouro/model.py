@@ -12,9 +12,11 @@
 Training (targets and no cache) reads out every iteration: it returns loss = CE_r, the final exit
 (what every family logs and is compared on), and aux['aux_loss'] = J - CE_r, so that the trainer's
 loss + aux_loss is J; aux['stats'] holds per iteration the mean exit probability, the mean gate and
-the loss. Evaluation and decoding at a fixed depth r are the skeleton's (one readout, the KV cache
-exact). `exit_at_threshold` evaluates the per-token exit of Ouro's inference: a token leaves at the
-first iteration whose cumulative exit probability reaches q.
+the loss. Every "mean over tokens" is the factory's `loss_weights` (train.loss_norm example: the mean
+over examples of each one's token mean, as the LM head's loss). Evaluation and decoding at a fixed
+depth r are the skeleton's (one readout, the KV cache exact). `exit_at_threshold` evaluates the
+per-token exit of Ouro's inference: a token leaves at the first iteration whose cumulative exit
+probability reaches q.
 """
 from __future__ import annotations
 
@@ -135,8 +137,7 @@ class OuroGPT(LoopedLM):
         log_p = exit_log_probs(gate_logits)                                    # (r, B, T)
         p = log_p.exp()
         entropy = -(p * log_p).sum(0)                                          # (B, T)
-        valid = (targets >= 0).float()
-        n = valid.sum()
+        valid, n = self.exits.factory.loss_weights(targets, losses.dtype)  # train.loss_norm's (B, T), ()
         objective = (((p * losses).sum(0) - self.cfg.entropy_beta * entropy) * valid).sum() / n
         loss = (losses[-1] * valid).sum() / n                                  # CE_r, as every family logs
         lambdas = torch.cat([torch.sigmoid(gate_logits), torch.ones_like(p[:1])])   # lambda_r = 1

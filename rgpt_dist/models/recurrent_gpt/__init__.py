@@ -44,7 +44,8 @@ class RecurrentGPTSpec(LoopedSpec):
         and two gate LayerNorms (none for gate=none)."""
         d = cfg.d_model
         proj = {"concat": 2, "state": 1, "none": 0}[cfg.injection] * d * d
-        gate = (3 * d * d + 2 * d) + (4 * d if cfg.bias else 2 * d) if cfg.gate == "learned" else 0
+        norm = 2 * d if cfg.bias and cfg.norm == "layernorm" else d  # RMSNorm: a gain only
+        gate = (3 * d * d + 2 * d) + 2 * norm if cfg.gate == "learned" else 0
         return proj + gate
 
     @staticmethod

@@ -25,4 +25,7 @@ class RelaxedConfig(LoopedConfig):
         out += out_of_bounds(path, ">", 0, lora_rank=self.lora_rank, lora_alpha=self.lora_alpha)
         if self.lora_rank > self.d_model:
             out.append(f"{path}.lora_rank={self.lora_rank} exceeds {path}.d_model={self.d_model}")
+        if self.mlp != "gelu" or self.d_ff not in (0, 4 * self.d_model):
+            out.append(f"{path}.mlp={self.mlp!r}, {path}.d_ff={self.d_ff}: RRT's LoRA adapters are built for "
+                       "GPT-2's GELU MLP of width 4 d_model (mlp='gelu', d_ff=0)")
         return out

@@ -1,0 +1,99 @@
+"""rgpt_dist.data.algorithmic: the trainer-side stream of an algorithmic task. Example indices, rank
+slicing, the -100 -> -1 target mapping, padding, exact resumption and the validation split, against
+the generators' examples read one by one here."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from rgpt_dist.algorithmic import get_task
+from rgpt_dist.data.algorithmic import TaskLoader, validation_batches, validation_problem
+
+SEQ, MB, G = 44, 2, 8
+
+
+def expected(task, split, pairs, seq_len=SEQ):
+    """(x, y) built example by example: tokens padded with 0, targets -1 where unscored or padding."""
+    x = torch.zeros(len(pairs), seq_len, dtype=torch.int64)
+    y = torch.full((len(pairs), seq_len), -1, dtype=torch.int64)
+    for row, (length, i) in enumerate(pairs):
+        e = task.example(split, i, length)
+        n = len(e.tokens)
+        x[row, :n] = torch.tensor(e.tokens)
+        y[row, :n] = torch.tensor(np.where(e.mask, e.targets, -1))
+    return x, y
+
+
+def take(loader, n):
+    return list(itertools.islice(iter(loader), n))
+
+
+def test_micro_batches_are_the_global_stream_in_order():
+    """dp=1: micro-batch k of the run holds examples k*MB .. k*MB + MB - 1 of the training stream."""
+    task = get_task("addition")
+    got = take(TaskLoader("addition", SEQ, MB, G, 1, 0), 6)
+    for k, (x, y) in enumerate(got):
+        ex, ey = expected(task, "train", [(None, i) for i in range(k * MB, k * MB + MB)])
+        assert torch.equal(x, ex) and torch.equal(y, ey), k
+    assert (got[0][1] == -1).any() and (got[0][1] >= 0).any()
+
+
+def test_data_parallel_ranks_together_read_one_process_global_batch():
+    """dp=2: per step, the two ranks' micro-batches are exactly the dp=1 step's examples, disjoint;
+    a tensor-parallel peer (same dp rank) reads the same ones."""
+    one = torch.cat([x for x, _ in take(TaskLoader("parity", SEQ, MB, G, 1, 0), 2 * G // MB)])
+    ranks = [take(TaskLoader("parity", SEQ, MB, G, 2, d), 2 * G // (2 * MB)) for d in range(2)]
+    per_step = G // (2 * MB)
+    for step in range(2):
+        got = torch.cat([ranks[d][step * per_step + m][0] for m in range(per_step) for d in range(2)])
+        assert torch.equal(got, one[step * G:(step + 1) * G]), step
+    assert not torch.equal(ranks[0][0][0], ranks[1][0][0])
+    twin = take(TaskLoader("parity", SEQ, MB, G, 2, 1), 2 * G // (2 * MB))
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(twin, ranks[1]))
+
+
+def test_state_dict_resumes_the_stream_exactly():
+    first = TaskLoader("mod5_flat", SEQ, MB, G, 2, 1)
+    it = iter(first)
+    for _ in range(4 * 2):  # two optimizer steps of 2 micro-batches
+        next(it)
+    state = first.state_dict()
+    assert state == {"task": "mod5_flat", "step": 4, "micro": 0, "global_batch_size": G}
+    later = [next(it) for _ in range(3)]
+    resumed = TaskLoader("mod5_flat", SEQ, MB, G, 2, 1)
+    resumed.load_state_dict(state)
+    again = take(resumed, 3)
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(later, again))
+
+
+@pytest.mark.parametrize("state,message", [
+    ({"task": "parity", "step": 1, "micro": 0, "global_batch_size": G}, "records task 'parity'"),
+    ({"task": "mod5_flat", "step": 1, "micro": 0, "global_batch_size": 16}, "global_batch_size=16"),
+    ({"epoch": 0, "sample_in_epoch": 8}, "records task None"),
+])
+def test_a_foreign_loader_state_is_refused(state, message):
+    with pytest.raises(ValueError, match=message):
+        TaskLoader("mod5_flat", SEQ, MB, G, 1, 0).load_state_dict(state)
+
+
+def test_validation_is_the_whole_set_split_evenly_over_ranks():
+    """parity: 3 lengths x 256 pooled; dp=2 halves in order, equal batches of <= micro_batch_size."""
+    task = get_task("parity")
+    pairs = [(n, i) for n in task.lengths("val") for i in range(256)]
+    ex, ey = expected(task, "val", pairs)
+    parts = [validation_batches("parity", SEQ, 20, 2, d) for d in range(2)]
+    assert {len(x) for part in parts for x, _ in part} == {16}     # 384 per rank: 16 divides it, 17..20 do not
+    x = torch.cat([x for part in parts for x, _ in part])
+    y = torch.cat([y for part in parts for _, y in part])
+    assert torch.equal(x, ex) and torch.equal(y, ey)
+
+
+def test_an_uneven_validation_split_is_refused_naming_the_numbers():
+    assert validation_problem("parity", 4) == []
+    [problem] = validation_problem("addition", 3)
+    assert "256 validation examples" in problem and "3 data-parallel ranks" in problem
+    with pytest.raises(ValueError, match="256 validation examples"):
+        validation_batches("addition", SEQ, MB, 3, 0)

@@ -1,0 +1,193 @@
+"""Training on an algorithmic task (data.task) through the real launcher, with the paper's loss
+normalisation (train.loss_norm=example) and checkpoint selection (checkpoint.keep_best): one short
+reference run and one run resumed from its best checkpoint, shared by the module; the selection
+rule, pruning and the config errors also without a run."""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pytest
+import torch
+
+from rgpt_dist.config import ConfigError, load_config
+from rgpt_dist.export.consolidate import consolidate
+from rgpt_dist.train.checkpoint import CheckpointManager, verify
+from rgpt_dist.train.trainer import improves
+from tests.helpers.dist import torchrun
+from tests.helpers.runs import plant_stale_records, records, resumed_line, trajectory
+from tests.train.test_checkpoint import fake_checkpoint
+
+CONFIG = "configs/experiments/gpt2-small-20k.yaml"
+STEPS = 6
+# A 1-layer GPT-2 on parity (41 tokens at most); lr 1.0 makes the validation loss rise after step 1
+# (measured: 2.33, 17.2, 20.6, 7.0, 5.0, 5.1), so the best checkpoint is older than the newest and
+# must survive keep_last=1. ZeRO-1, fp32, CPU: a resumed run is bitwise the uninterrupted one.
+ARGS = ["model=gpt2-debug", "model.vocab_size=8", "model.n_layer=1", "model.d_model=32", "model.block_size=48",
+        "data.task=parity", "data.paths=[]", "train.seq_len=41", "train.micro_batch_size=4",
+        "train.global_batch_size=8", f"train.max_steps={STEPS}", "train.warmup_steps=1", "train.lr=1.0",
+        "train.loss_norm=example", "eval.every_steps=1", "checkpoint.every_steps=100", "checkpoint.keep_last=1",
+        "checkpoint.keep_best=true", "parallel.zero_stage=1", "parallel.dtype=fp32", "log.every_steps=1",
+        "log.wandb=disabled"]
+
+
+def launch(run):
+    return torchrun("launcher.train", 1, CONFIG, *ARGS, f"log.run_dir={run}", timeout=300)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """(reference run directory, resumed run directory, the resumed run's stdout). The resumed run is
+    a copy of the reference rewound to its best checkpoint (later checkpoints deleted, stale records
+    planted after it), then launched again: it must resume there and finish as the reference did."""
+    root = tmp_path_factory.mktemp("algorithmic")
+    ref, resumed = root / "ref", root / "resumed"
+    launch(ref)
+    shutil.copytree(ref, resumed)
+    best = json.loads((resumed / "checkpoints" / "best.json").read_text())
+    assert best["step"] < STEPS, "the run's best is its last step: nothing to rewind to"
+    for tag in (resumed / "checkpoints").glob("step_*"):
+        if tag.name != best["tag"]:
+            shutil.rmtree(tag)
+    (resumed / "checkpoints" / "latest").write_text(best["tag"])
+    plant_stale_records(resumed, after=best["step"])
+    return ref, resumed, launch(resumed)
+
+
+def val_losses(run):
+    return [(r["step"], r["val_loss"]) for r in records(run) if "val_loss" in r]
+
+
+def test_best_json_names_the_earliest_minimum_validation_loss(runs):
+    ref = runs[0]
+    losses = val_losses(ref)
+    assert [s for s, _ in losses] == list(range(1, STEPS + 1))
+    low = min(v for _, v in losses)
+    step = next(s for s, v in losses if v == low)
+    best = json.loads((ref / "checkpoints" / "best.json").read_text())
+    assert best == {"tag": f"step_{step:08d}", "step": step, "val_loss": low}
+    manager = CheckpointManager(ref / "checkpoints", keep_last=1, rank=0)
+    assert manager.best_tag() == best["tag"] and verify(ref / "checkpoints" / best["tag"]) is None
+    assert consolidate(ref / "checkpoints" / best["tag"]).step == step
+
+
+def test_the_best_checkpoint_survives_pruning_with_keep_last_1(runs):
+    ref = runs[0]
+    best = json.loads((ref / "checkpoints" / "best.json").read_text())
+    tags = sorted(p.name for p in (ref / "checkpoints").glob("step_*"))
+    assert best["step"] < STEPS and tags == [best["tag"], f"step_{STEPS:08d}"]
+
+
+def test_a_resumed_run_reads_the_same_examples_and_ends_with_the_same_weights(runs):
+    ref, resumed, output = runs
+    best = json.loads((ref / "checkpoints" / "best.json").read_text())
+    assert resumed_line(resumed, best["step"]) in output, output[-3000:]
+    assert trajectory(records(resumed)) == trajectory(records(ref))  # bitwise: the same examples, in order
+    final = [consolidate(run / "checkpoints" / f"step_{STEPS:08d}").state_dict for run in (ref, resumed)]
+    assert final[0].keys() == final[1].keys()
+    assert all(torch.equal(final[0][k], final[1][k]) for k in final[0])
+    # the selection continued from the checkpoint's client state: no later (worse) step became best
+    assert json.loads((resumed / "checkpoints" / "best.json").read_text()) == best
+
+
+def test_the_selection_rule_keeps_the_earliest_of_equal_losses():
+    """Planted losses with exact ties and a NaN: strictly lower wins, a tie keeps the earlier step."""
+    best = None
+    picks = []
+    for step, loss in enumerate([3.0, 2.0, 2.5, 2.0, float("nan"), 2.0, 1.5, 1.5], start=1):
+        if improves(best, loss):
+            best = {"step": step, "val_loss": loss}
+            picks.append(step)
+    assert picks == [1, 2, 7]
+    assert not improves(None, float("inf")) and not improves(None, math.nan)
+
+
+def test_pruning_never_deletes_the_best_tag(tmp_path):
+    for step in (10, 20, 30, 40):
+        fake_checkpoint(tmp_path, step)
+    (tmp_path / "best.json").write_text(json.dumps({"tag": "step_00000020", "step": 20, "val_loss": 1.0}))
+    manager = CheckpointManager(tmp_path, keep_last=1, rank=0)
+    manager._prune()
+    assert sorted(p.name for p in tmp_path.glob("step_*")) == ["step_00000020", "step_00000040"]
+    for junk in ('{"tag": "../x"}', "[1]", "not json", '{"tag": 20}'):
+        (tmp_path / "best.json").write_text(junk)
+        assert manager.best_tag() is None
+
+
+def _problems(*overrides):
+    with pytest.raises(ConfigError) as e:
+        load_config(CONFIG, ["model=gpt2-debug", "data.paths=[]", "data.task=parity", "train.seq_len=48",
+                             "model.block_size=48", *overrides])
+    return e.value.problems
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["data.task=parityy"], "data.task='parityy' is not an algorithmic task: expected one of addition, "
+                            "mod5_brackets, mod5_flat, parity, s5_standard, s5_swaps"),
+    (["train.seq_len=40"], "train.seq_len=40 is too short for data.task='parity': the longest parity training or "
+                           "validation example has 41 tokens; set train.seq_len >= 41"),
+    (["model.block_size=40", "train.seq_len=40"],
+     "model.block_size=40 is too small for data.task='parity' with model.pos_encoding=learned: the longest parity "
+     "training or validation example has 41 tokens; set model.block_size >= 41"),
+    (["model.vocab_size=4"], "model.vocab_size=4 is smaller than data.task='parity''s vocabulary of 5 tokens"),
+    (["checkpoint.keep_best=true", "eval.every_steps=0"],
+     "checkpoint.keep_best=true needs evaluations to select from: set eval.every_steps > 0 (got 0)"),
+    (["train.loss_norm=mean"], "train.loss_norm='mean' is not one of ['token', 'example']"),
+    (["data.task="], "data.paths is empty: give at least one rgpt-prep output (or data.task)"),
+])
+def test_config_errors_name_the_values(overrides, message):
+    assert message in _problems(*overrides)
+
+
+def test_a_task_config_needs_no_data_paths():
+    cfg = load_config(CONFIG, ["model=gpt2-debug", "data.paths=[]", "data.task=addition", "train.seq_len=38",
+                               "model.block_size=38", "model.vocab_size=20", "model.pos_encoding=rope"])
+    assert cfg.data.task == "addition" and cfg.train.loss_norm == "token" and not cfg.checkpoint.keep_best
+
+
+def _resume_against(saved_edit):
+    """resume() of a Trainer holding only what it reads, against a checkpoint whose recorded config
+    is a parity run's edited by `saved_edit`; loading state fails the test (the check comes first)."""
+    import types
+    from pathlib import Path
+
+    from rgpt_dist.train.trainer import Trainer
+
+    cfg = load_config(CONFIG, ["model=gpt2-debug", "data.paths=[]", "data.task=parity", "train.seq_len=48",
+                               "model.block_size=48"])
+    saved = cfg.to_dict()
+    saved_edit(saved)
+
+    def load(engine, tag):
+        raise AssertionError("state was loaded")
+
+    trainer = Trainer.__new__(Trainer)
+    trainer.cfg, trainer.engine = cfg, None
+    trainer.ckpt = types.SimpleNamespace(newest_valid=lambda: "step_00000003", saved_config=lambda tag: saved,
+                                         load=load, dir=Path("/runs/x/checkpoints"))
+    trainer.resume()
+
+
+def test_a_checkpoint_of_another_task_is_refused_before_loading():
+    from rgpt_dist.train.trainer import DifferentRun
+
+    with pytest.raises(DifferentRun, match=r"data.task: checkpoint 's5_swaps', config 'parity'"):
+        _resume_against(lambda saved: saved["data"].update(task="s5_swaps"))
+
+
+def test_a_checkpoint_older_than_a_config_field_resumes_as_its_default():
+    """A checkpoint written before data.task / model.pos_encoding existed ran with their defaults: a
+    config with the defaults goes on to load it; one with another value is refused."""
+    from rgpt_dist.train.trainer import DifferentRun
+
+    def older(saved):
+        del saved["model"]["pos_encoding"], saved["data"]["task"], saved["train"]["loss_norm"]
+    with pytest.raises(DifferentRun, match=r"data.task: checkpoint '', config 'parity'"):
+        _resume_against(older)
+
+    def older_lm(saved):
+        older(saved)
+        saved["data"]["task"] = "parity"   # only the model field is missing now
+    with pytest.raises(AssertionError, match="state was loaded"):
+        _resume_against(older_lm)
