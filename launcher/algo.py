@@ -1,0 +1,12 @@
+"""rgpt-algo from a checkout: `python launcher/algo.py train|eval|table ...` (rgpt_dist.algorithmic.cli)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable as a script from a checkout
+
+from rgpt_dist.algorithmic.cli import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main())

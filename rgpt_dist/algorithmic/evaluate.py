@@ -1,0 +1,248 @@
+"""Length-generalisation evaluation of one training run (RLT paper, section 3.1, J.4, J.6).
+
+    result = evaluate_run("runs/algorithmic/parity-rlt-transformer-8-s42")   # the task's whole test grid
+    write_eval(result, out_dir)                                               # out_dir/eval.json
+
+1. The checkpoint (`select_checkpoint`): the one with the minimum in-distribution validation loss,
+   earliest step on exact ties (the paper: "minimum ID validation example loss ... earliest step on
+   ties"; test scores never enter). The trainer records it in `<checkpoints>/best.json`
+   (checkpoint.keep_best); a run without that file falls back to the same rule over the eval records
+   of `<run_dir>/metrics.jsonl` whose checkpoint directory still exists and verifies. Nothing to
+   choose from is refused (SelectionError).
+2. The model: `rgpt_dist.export.consolidate.consolidate` of that tag (fp32 master weights, tp = 1)
+   into `rgpt_dist.registry.build_model`, eval mode, fp32, CPU unless told otherwise.
+3. Every test length (the task's grid, or a subset of it): the shared held-out set
+   (`heldout_batches`), batch 32 (the paper's new evaluations), argmax at every position, the
+   counts of rgpt_dist.algorithmic.metrics; also the pooled in-distribution validation accuracy of
+   the same checkpoint (the validation grid, counts pooled: J.4).
+
+`limit` (the CLI's --limit) scores only the first N examples of each set: for smoke tests, NOT the
+paper's protocol (eval.json records it). Bad input raises EvalError (a ValueError) before any model
+is loaded: an unknown task, a run not trained on a task, lengths outside the test grid, an empty grid,
+a test sequence longer than model.block_size under learned positions.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from rgpt_dist.algorithmic import TaskError, get_task, heldout_batches, make_batch
+from rgpt_dist.algorithmic.metrics import Counts, count, primary_metric
+from rgpt_dist.train.metrics import read_metrics
+
+TAG_PREFIX = "step_"
+BEST_FILE = "best.json"
+RUN_RECORD = "algo_run.json"
+"""Written by `rgpt-algo train` into the run directory: task, model flavour, seed, overrides."""
+EVAL_BATCH = 32
+
+
+class EvalError(ValueError):
+    """Input the evaluation refuses, with the offending value named."""
+
+
+class SelectionError(EvalError):
+    """No checkpoint can be selected (none recorded, or the recorded one is gone)."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    tag_dir: Path
+    step: int
+    val_loss: float
+    source: str   # "best.json" or "metrics.jsonl"
+
+
+def run_config(run_dir: str | Path) -> dict:
+    """The resolved config the trainer wrote (RUN_DIR/config.yaml) as a mapping."""
+    path = Path(run_dir) / "config.yaml"
+    if not Path(run_dir).is_dir():
+        raise EvalError(f"run directory {run_dir} does not exist or is not a directory")
+    if not path.is_file():
+        raise EvalError(f"{path} not found: {run_dir} is not a training run directory")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise EvalError(f"{path}: not a readable config ({type(e).__name__})") from None
+    if not isinstance(data, dict):
+        raise EvalError(f"{path}: not a config mapping")
+    return data
+
+
+def checkpoint_dir(run_dir: str | Path, config: dict) -> Path:
+    """checkpoint.dir, or RUN_DIR/checkpoints (the trainer's default)."""
+    named = (config.get("checkpoint") or {}).get("dir") or ""
+    return Path(named) if named else Path(run_dir) / "checkpoints"
+
+
+def _complete(tag_dir: Path) -> bool:
+    from rgpt_dist.train.checkpoint import verify
+    return tag_dir.is_dir() and not tag_dir.is_symlink() and verify(tag_dir) is None
+
+
+def select_from_records(records: list[dict], exists) -> tuple[int, float] | None:
+    """(step, val_loss) of the minimum finite val_loss among eval records whose checkpoint
+    `exists(step)`, the earliest step on exact ties; None when there is none. A step evaluated twice
+    (a resumed run) keeps its last record."""
+    by_step = {}
+    for r in records:
+        loss = r.get("val_loss")
+        if isinstance(loss, (int, float)) and not isinstance(loss, bool) and math.isfinite(loss):
+            by_step[int(r["step"])] = float(loss)
+    candidates = sorted((loss, step) for step, loss in by_step.items() if exists(step))
+    return (candidates[0][1], candidates[0][0]) if candidates else None
+
+
+def select_checkpoint(run_dir: str | Path, config: dict | None = None) -> Selection:
+    """The checkpoint to evaluate (module doc, step 1)."""
+    config = run_config(run_dir) if config is None else config
+    ckpt = checkpoint_dir(run_dir, config)
+    best = ckpt / BEST_FILE
+    if best.is_file():
+        try:
+            rec = json.loads(best.read_text())
+            tag, step, loss = str(rec["tag"]), int(rec["step"]), float(rec["val_loss"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise SelectionError(f"{best}: not a readable best-checkpoint record ({type(e).__name__}: {e})") from None
+        if not _complete(ckpt / tag):
+            raise SelectionError(f"{best} names {tag}, which is missing or incomplete under {ckpt}")
+        return Selection(ckpt / tag, step, loss, "best.json")
+    records = [r for _, r in read_metrics(Path(run_dir) / "metrics.jsonl") if "val_loss" in r]
+    chosen = select_from_records(records, lambda step: _complete(ckpt / f"{TAG_PREFIX}{step:08d}"))
+    if chosen is None:
+        raise SelectionError(f"no checkpoint to select in {run_dir}: no {BEST_FILE} in {ckpt} and no validation "
+                             f"record of metrics.jsonl has a complete checkpoint (train with eval.every_steps > 0 "
+                             f"and checkpoints at the same steps)")
+    step, loss = chosen
+    return Selection(ckpt / f"{TAG_PREFIX}{step:08d}", step, loss, "metrics.jsonl")
+
+
+def eval_lengths(task, lengths=None) -> list:
+    """The lengths to evaluate: the task's test grid, or `lengths` (each must be in that grid)."""
+    grid = list(task.lengths("test"))
+    if lengths is None:
+        return grid
+    if len(lengths) == 0:
+        raise EvalError(f"task {task.name!r}: the list of lengths is empty (its test grid: {tuple(grid)})")
+    try:
+        for n in lengths:
+            task.check_length(n, "test")
+    except TaskError as e:
+        raise EvalError(str(e)) from None
+    return sorted(dict.fromkeys(int(n) for n in lengths))
+
+
+def check_positions(task, lengths, model_cfg: dict) -> None:
+    """Under learned positions a sequence longer than block_size cannot run: refuse it, naming it."""
+    if model_cfg.get("pos_encoding", "learned") != "learned":
+        return
+    block = int(model_cfg.get("block_size", 0))
+    for n in lengths:
+        tokens = task.max_tokens(n)
+        if tokens > block:
+            raise EvalError(f"task {task.name!r}: test length {n} needs {tokens} tokens but model.block_size={block} "
+                            f"with model.pos_encoding=learned (no position past {block - 1}); evaluate lengths whose "
+                            f"sequences fit, or train with pos_encoding rope, alibi or none")
+
+
+def _task_of(config: dict):
+    name = (config.get("data") or {}).get("task", "")
+    if not name:
+        raise EvalError("the run was not trained on an algorithmic task (its data.task is empty)")
+    try:
+        return get_task(name)
+    except TaskError as e:
+        raise EvalError(str(e)) from None
+
+
+def score(model, batches, device: str = "cpu") -> Counts:
+    """Pooled counts of `batches` (Batch objects): argmax of the fp32 logits at every position."""
+    import torch
+
+    total = Counts()
+    with torch.no_grad():
+        for b in batches:
+            logits = model(torch.from_numpy(b.tokens).to(device)).logits      # [B, T, V]
+            predictions = logits.float().argmax(-1).cpu().numpy()             # [B, T]
+            total = total + count(predictions, b.targets, b.mask)
+    return total
+
+
+def _batches(task, split: str, length, limit: int | None, batch_size: int):
+    """The held-out set of one length in order (heldout_batches), or its first `limit` examples."""
+    size = task.set_size(split)
+    if limit is None or limit >= size:
+        return heldout_batches(task, split, length, batch_size)
+    return (make_batch(task, split, range(s, min(limit, s + batch_size)), length)
+            for s in range(0, limit, batch_size))
+
+
+def _model_label(run_dir: Path, config: dict) -> tuple[str, dict]:
+    """The model's name for tables (the flavour `rgpt-algo train` recorded, else family + layer count)
+    and the run record (empty when the run was started another way)."""
+    record = {}
+    path = run_dir / RUN_RECORD
+    if path.is_file():
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            record = {}
+    model = config.get("model") or {}
+    label = record.get("model") or f"{model.get('family', '?')}-{model.get('n_layer', '?')}L"
+    return str(label), record
+
+
+def evaluate_run(run_dir: str | Path, lengths=None, limit: int | None = None, batch_size: int = EVAL_BATCH,
+                 device: str = "cpu", trust: bool = False) -> dict:
+    """The eval.json record of one run (module doc). Every refusal happens before the model loads."""
+    run_dir = Path(run_dir)
+    config = run_config(run_dir)
+    task = _task_of(config)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise EvalError(f"limit must be a positive integer, got {limit!r}")
+    grid = eval_lengths(task, lengths)
+    check_positions(task, grid, config.get("model") or {})
+    selection = select_checkpoint(run_dir, config)
+    model, step = _load(selection.tag_dir, device, trust)
+    val = {}
+    pooled = Counts()
+    for n in task.lengths("val"):
+        c = score(model, _batches(task, "val", n, limit, batch_size), device)
+        val["pooled" if n is None else str(n)] = c.to_dict()
+        pooled = pooled + c
+    test = {str(n): score(model, _batches(task, "test", n, limit, batch_size), device).to_dict() for n in grid}
+    label, record = _model_label(run_dir, config)
+    metric = primary_metric(task.name)
+    return {"task": task.name, "model": label, "family": (config.get("model") or {}).get("family"),
+            "seed": (config.get("train") or {}).get("seed"), "step": step, "checkpoint": selection.tag_dir.name,
+            "selected_by": selection.source, "val_loss": selection.val_loss, "primary_metric": metric,
+            "limit": limit, "protocol": "paper" if limit is None else f"first {limit} examples per length (not the paper's)",
+            "batch_size": batch_size, "dtype": "fp32", "device": device,
+            "validation": {"accuracy": pooled.accuracy(metric), "pooled": pooled.to_dict(), "per_length": val},
+            "test": test, "run_dir": str(run_dir.resolve()), "overrides": record.get("overrides", [])}
+
+
+def _load(tag_dir: Path, device: str, trust: bool):
+    """The checkpoint's model (fp32, eval mode, on `device`) and its step."""
+    import torch
+
+    from rgpt_dist.export.consolidate import consolidate
+    from rgpt_dist.registry import build_model
+
+    c = consolidate(tag_dir, trust=trust)
+    model = build_model(c.config.model)
+    model.load_state_dict(c.state_dict, strict=True)
+    return model.to(device=device, dtype=torch.float32).eval(), c.step
+
+
+def write_eval(result: dict, out: Path) -> Path:
+    """out/eval.json, strict JSON (NaN/inf as null)."""
+    from rgpt_dist.eval.strict_json import dumps
+
+    path = Path(out) / "eval.json"
+    path.write_text(dumps(result, indent=1) + "\n")
+    return path

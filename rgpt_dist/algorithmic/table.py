@@ -1,0 +1,232 @@
+"""Three-seed aggregation of eval.json files into the RLT paper's layouts (J.4, Table 3, Figure 12).
+
+    paths = write_tables(load_evals(["runs/algorithmic"]), out)   # table.md, table.json, accuracy_vs_length.png
+
+Runs are grouped by (task, model). At each length, the score of every seed is computed first, then
+the mean and the sample standard deviation (ddof = 1, the paper's 1/2 for three seeds, Eq. J.1);
+a group with one seed has no SD: it is reported as n/a (null in JSON), never 0. Scores are percent.
+
+Layouts (table.md; the same numbers in table.json):
+- Table 3: accuracy at the longest tested length, one row per task, one column per model;
+- the in-distribution validation accuracy of the selected checkpoints (pooled validation lengths);
+- per task, the full test grid: models x lengths, in the task's reported metric (addition: teacher-
+  forced answer-token accuracy; the others final-label / final-state accuracy), and for the S5 tasks
+  also prefix-token and whole-sequence accuracy (Figure 13's three scoring rules).
+The plot: one panel per task, mean with SD error bars clipped to 0-100 %, training lengths shaded,
+the uniform-prediction accuracy dotted (Figure 12). No torch import.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from rgpt_dist.algorithmic.metrics import CHANCE, METRIC_NAMES, METRICS, PRIMARY
+from rgpt_dist.eval.markdown import cell
+from rgpt_dist.eval.strict_json import dumps
+
+TASK_ORDER = ("addition", "parity", "mod5_flat", "mod5_brackets", "s5_standard", "s5_swaps")
+TASK_TITLES = {"addition": "Addition", "parity": "Parity", "mod5_flat": "Mod 5, no brackets",
+               "mod5_brackets": "Mod 5, brackets", "s5_standard": "S5, standard", "s5_swaps": "S5, swaps"}
+_REQUIRED = ("task", "model", "seed", "test", "validation", "primary_metric")
+
+
+class TableError(ValueError):
+    """Unusable eval.json input, naming the file."""
+
+
+def mean_sd(values) -> tuple[float, float | None]:
+    """(mean, sample SD with ddof = 1); SD None for a single value (undefined, not 0)."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0:
+        raise ValueError("no values to aggregate")
+    return float(values.mean()), (float(values.std(ddof=1)) if values.size > 1 else None)
+
+
+def fmt(mean: float | None, sd: float | None) -> str:
+    """'mean ± SD' with two decimals; SD n/a for one seed."""
+    if mean is None:
+        return "-"
+    return f"{mean:.2f} ± " + ("n/a" if sd is None else f"{sd:.2f}")
+
+
+def _files(sources) -> list[Path]:
+    out = []
+    for source in map(Path, sources):
+        if source.is_dir():
+            found = sorted(source.rglob("eval.json"))
+            if not found:
+                raise TableError(f"{source}: no eval.json under this directory")
+            out += found
+        elif source.is_file():
+            out.append(source)
+        else:
+            raise TableError(f"{source}: no such file or directory")
+    return list(dict.fromkeys(p.resolve() for p in out))
+
+
+def load_evals(sources) -> list[dict]:
+    """Every eval.json named or found (recursively) under the sources, each with its `file`."""
+    evals = []
+    for path in _files(sources):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise TableError(f"{path}: not a readable eval.json ({type(e).__name__})") from None
+        missing = [k for k in _REQUIRED if not isinstance(data, dict) or k not in data]
+        if missing:
+            raise TableError(f"{path}: not an rgpt-algo eval.json (missing {', '.join(missing)})")
+        evals.append({**data, "file": str(path)})
+    if not evals:
+        raise TableError("no eval.json given")
+    return evals
+
+
+def _pct(value) -> float | None:
+    return None if value is None else 100.0 * float(value)
+
+
+def _stat(values: list[float]) -> dict:
+    mean, sd = mean_sd(values)
+    return {"n": len(values), "values": values, "mean": mean, "sd": sd}
+
+
+def aggregate(evals: list[dict]) -> list[dict]:
+    """One entry per (task, model): seeds, files, and per metric and test length {n, values, mean,
+    sd} in percent (seeds without a score at a length are left out of it), plus the validation
+    accuracy. A seed given twice in a group is refused."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for e in evals:
+        groups.setdefault((e["task"], e["model"]), []).append(e)
+    out = []
+    for (task, model), members in sorted(groups.items(), key=lambda kv: (_task_rank(kv[0][0]), kv[0][1])):
+        seeds = [m["seed"] for m in members]
+        twice = sorted({s for s in seeds if seeds.count(s) > 1}, key=str)
+        if twice:
+            files = [m["file"] for m in members if m["seed"] in twice]
+            raise TableError(f"task {task}, model {model}: seed {twice[0]} appears twice ({', '.join(files)})")
+        members.sort(key=lambda m: (str(type(m["seed"])), m["seed"]))
+        lengths = sorted({int(n) for m in members for n in m["test"]})
+        metrics = {}
+        for metric in METRICS:
+            metrics[metric] = {}
+            for n in lengths:
+                values = [_pct(m["test"][str(n)].get(metric)) for m in members if str(n) in m["test"]]
+                values = [v for v in values if v is not None]
+                if values:
+                    metrics[metric][n] = _stat(values)
+        val = [_pct(m["validation"].get("accuracy")) for m in members]
+        out.append({"task": task, "model": model, "primary_metric": PRIMARY.get(task, members[0]["primary_metric"]),
+                    "seeds": [m["seed"] for m in members], "steps": [m.get("step") for m in members],
+                    "files": [m["file"] for m in members], "limits": sorted({str(m.get("limit")) for m in members}),
+                    "lengths": lengths, "metrics": metrics,
+                    "validation": _stat([v for v in val if v is not None]) if any(v is not None for v in val) else None})
+    return out
+
+
+def _task_rank(task: str) -> tuple[int, str]:
+    return (TASK_ORDER.index(task) if task in TASK_ORDER else len(TASK_ORDER), task)
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+
+
+def _cell(stat: dict | None) -> str:
+    if stat is None:
+        return "-"
+    text = fmt(stat["mean"], stat["sd"])
+    return text if stat["n"] == 3 else f"{text} (n={stat['n']})"
+
+
+def markdown(groups: list[dict]) -> str:
+    """table.md: the layouts of the module doc."""
+    models = sorted({g["model"] for g in groups})
+    tasks = sorted({g["task"] for g in groups}, key=_task_rank)
+    by = {(g["task"], g["model"]): g for g in groups}
+    lines = ["# Length generalisation (accuracy %, mean ± sample SD over seeds, ddof = 1)", ""]
+    limits = sorted({lim for g in groups for lim in g["limits"] if lim != "None"})
+    if limits:
+        lines += [f"**Not the paper's protocol**: only the first {', '.join(limits)} examples per length were scored.", ""]
+    lines += ["Cells without (n=k) average three seeds; one seed has no SD (n/a).", "",
+              "## Accuracy at the longest tested length (Table 3 layout)", ""]
+    rows = []
+    for task in tasks:
+        longest = max(n for m in models if (task, m) in by for n in by[task, m]["lengths"])
+        metric = PRIMARY.get(task, "final")
+        rows.append([f"{TASK_TITLES.get(task, task)} ({longest})"]
+                    + [_cell(by[task, m]["metrics"][metric].get(longest)) if (task, m) in by else "-" for m in models])
+    lines += _md_table(["Task (test length)", *models], rows)
+    lines += ["", "## In-distribution validation accuracy of the selected checkpoints", ""]
+    lines += _md_table(["Task", *models], [[TASK_TITLES.get(t, t)] + [_cell(by[t, m]["validation"]) if (t, m) in by
+                                                                      else "-" for m in models] for t in tasks])
+    for task in tasks:
+        metrics = [PRIMARY.get(task, "final")] + (["token", "sequence"] if task.startswith("s5") else [])
+        lengths = sorted({n for m in models if (task, m) in by for n in by[task, m]["lengths"]})
+        for metric in metrics:
+            lines += ["", f"## {TASK_TITLES.get(task, task)}: {METRIC_NAMES[metric]}", ""]
+            lines += _md_table(["Model", "seeds", *map(str, lengths)],
+                               [[m, ", ".join(map(str, by[task, m]["seeds"]))]
+                                + [_cell(by[task, m]["metrics"][metric].get(n)) for n in lengths]
+                                for m in models if (task, m) in by])
+    return "\n".join(lines) + "\n"
+
+
+def plot(groups: list[dict], path: Path) -> Path:
+    """accuracy_vs_length.png (module doc)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rgpt_dist.algorithmic import get_task
+
+    tasks = sorted({g["task"] for g in groups}, key=_task_rank)
+    cols = min(3, len(tasks))
+    rows = math.ceil(len(tasks) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False)
+    for ax, task in zip(axes.flat, tasks):
+        metric = PRIMARY.get(task, "final")
+        lengths = set()
+        for g in (g for g in groups if g["task"] == task):
+            stats = g["metrics"][metric]
+            xs = sorted(stats)
+            lengths.update(xs)
+            mean = np.array([stats[n]["mean"] for n in xs])
+            sd = np.array([0.0 if stats[n]["sd"] is None else stats[n]["sd"] for n in xs])
+            err = np.vstack([np.minimum(sd, mean), np.minimum(sd, 100.0 - mean)])   # clipped to 0..100
+            ax.errorbar(xs, mean, yerr=err, marker="o", capsize=3, label=f"{g['model']} (n={len(g['seeds'])})")
+        train = [n for n in get_task(task).lengths("train") if n is not None]
+        lo, hi = min(train), max(train)
+        ax.axvspan(lo / 1.04, hi * 1.04, color="0.85", zorder=0, label="training lengths")
+        if task in CHANCE:
+            ax.axhline(100 * CHANCE[task], linestyle=":", color="0.3", label="chance")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(lengths))
+        ax.set_xticklabels([str(n) for n in sorted(lengths)], fontsize=7)
+        ax.set_xlim(min(lengths) / 1.15, max(lengths) * 1.15)   # the tested range; shading clipped to it
+        ax.set_ylim(-2, 102)
+        ax.set_title(TASK_TITLES.get(task, task))
+        ax.set_xlabel("digits per operand" if task == "addition" else "length")
+        ax.set_ylabel(("token" if metric == "token" else "final") + " accuracy (%)")
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(tasks):]:
+        ax.set_visible(False)
+    fig.suptitle("Length generalisation: mean ± sample SD over seeds, best ID-validation-loss checkpoint", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_tables(evals: list[dict], out: Path) -> dict[str, Path]:
+    """table.md, table.json and accuracy_vs_length.png in `out` (an existing directory)."""
+    groups = aggregate(evals)
+    out = Path(out)
+    (out / "table.md").write_text(markdown(groups))
+    (out / "table.json").write_text(dumps({"groups": groups, "sd": "sample SD, ddof = 1; null for one seed",
+                                           "unit": "percent"}, indent=1) + "\n")
+    return {"md": out / "table.md", "json": out / "table.json",
+            "plot": plot(groups, out / "accuracy_vs_length.png")}
