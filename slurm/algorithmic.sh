@@ -110,32 +110,13 @@ if [[ "${RGPT_DRY_RUN:-0}" == 1 ]]; then
     exit 0
 fi
 
+# shellcheck source-path=SCRIPTDIR source=supervise.sh
+source "$RGPT_ROOT/slurm/supervise.sh"
+# shellcheck disable=SC2329  # called by supervise
+pass_to_run() { kill -"$1" "$2"; }  # rgpt-algo passes the warning signal to torchrun, which passes it to the rank
 "${TRAIN[@]}" &
-PID=$!
-SIGNALLED=0
-# shellcheck disable=SC2329  # invoked by the traps below
-forward() {  # the warning signal: rgpt-algo passes it to torchrun, which passes it to the rank
-    echo "[$(date -Is)] $1 received: asking the run to save and stop"
-    SIGNALLED=1
-    kill -"$1" "$PID"
-}
-trap 'forward USR1' USR1
-trap 'forward TERM' TERM
-set +e
-while true; do
-    wait "$PID"; status=$?   # returns early (> 128) when a trapped signal arrives
-    if (( status < 128 )) || ! kill -0 "$PID" 2>/dev/null; then break; fi
-done
-wait "$PID" 2>/dev/null; late=$?
-(( late != 127 )) && status=$late
-echo "[$(date -Is)] training finished with status $status"
-if (( SIGNALLED && status != 0 )); then
-    job="${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}}"
-    job="${job:-$SLURM_JOB_ID}"
-    echo "[$(date -Is)] requeueing job $job"
-    scontrol requeue "$job"
-    exit "$status"
-fi
+status=0
+supervise "$!" pass_to_run || status=$?
 (( status == 0 )) || exit "$status"
 set -e
 "${EVAL[@]}"

@@ -110,29 +110,11 @@ if [[ "${RGPT_DRY_RUN:-0}" == 1 ]]; then
 fi
 
 cd "$RGPT_ROOT"
+# shellcheck source-path=SCRIPTDIR source=supervise.sh
+source "$RGPT_ROOT/slurm/supervise.sh"
+# shellcheck disable=SC2329  # called by supervise
+pass_to_step() { scancel --signal="$1" "${SLURM_JOB_ID}" || kill -"$1" "$2"; }  # every task of the job step
 "${CMD[@]}" &
-STEP_PID=$!
-SIGNALLED=0
-# shellcheck disable=SC2329  # invoked by the traps below
-forward() {  # the batch shell got the warning signal: pass it to every task of the job step
-    echo "[$(date -Is)] $1 received: asking the ranks to save and stop"
-    SIGNALLED=1
-    scancel --signal="$1" "${SLURM_JOB_ID}" || kill -"$1" "$STEP_PID"
-}
-trap 'forward USR1' USR1
-trap 'forward TERM' TERM
-set +e
-while true; do
-    wait "$STEP_PID"; status=$?   # returns early (> 128) when a trapped signal arrives
-    if (( status < 128 )) || ! kill -0 "$STEP_PID" 2>/dev/null; then break; fi
-done
-wait "$STEP_PID" 2>/dev/null; late=$?   # the real status if a trap interrupted the last wait
-(( late != 127 )) && status=$late
-echo "[$(date -Is)] job step finished with status $status"
-if (( SIGNALLED && status != 0 )); then  # stopped early on the warning: continue in a new allocation
-    job="${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}}"
-    job="${job:-$SLURM_JOB_ID}"
-    echo "[$(date -Is)] requeueing job $job"
-    scontrol requeue "$job"
-fi
+status=0
+supervise "$!" pass_to_step || status=$?
 exit "$status"
