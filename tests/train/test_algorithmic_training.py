@@ -147,26 +147,15 @@ def test_a_task_config_needs_no_data_paths():
 
 
 def _resume_against(saved_edit):
-    """resume() of a Trainer holding only what it reads, against a checkpoint whose recorded config
-    is a parity run's edited by `saved_edit`; loading state fails the test (the check comes first)."""
-    import types
-    from pathlib import Path
-
-    from rgpt_dist.train.trainer import Trainer
+    """resume() against a checkpoint whose recorded config is a parity run's edited by `saved_edit`;
+    loading state fails the test (the check comes first)."""
+    from tests.helpers.resume import resuming_trainer
 
     cfg = load_config(CONFIG, ["model=gpt2-debug", "data.paths=[]", "data.task=parity", "train.seq_len=48",
                                "model.block_size=48"])
     saved = cfg.to_dict()
     saved_edit(saved)
-
-    def load(engine, tag):
-        raise AssertionError("state was loaded")
-
-    trainer = Trainer.__new__(Trainer)
-    trainer.cfg, trainer.engine = cfg, None
-    trainer.ckpt = types.SimpleNamespace(newest_valid=lambda: "step_00000003", saved_config=lambda tag: saved,
-                                         load=load, dir=Path("/runs/x/checkpoints"))
-    trainer.resume()
+    resuming_trainer(cfg, saved).resume()
 
 
 def test_a_checkpoint_of_another_task_is_refused_before_loading():

@@ -57,27 +57,16 @@ def test_ranks_that_disagree_on_the_depth_stop_on_every_rank(tmp_path):
 
 
 def _resuming_trainer(saved_changes: dict):
-    """A Trainer with only what resume() reads: the quickstart config, and a checkpoint manager
-    whose newest checkpoint was written by that config changed by `saved_changes` (section ->
-    fields); loading its state fails the test (the comparison must come first)."""
-    import types
-
+    """A Trainer of the quickstart config whose newest checkpoint was written by that config changed
+    by `saved_changes` (section -> fields); loading its state fails the test."""
     from rgpt_dist.config import load_config
-    from rgpt_dist.train.trainer import Trainer
+    from tests.helpers.resume import resuming_trainer
 
     cfg = load_config("configs/experiments/quickstart.yaml", ["parallel.zero_stage=2"])
     saved = cfg.to_dict()
     for section, fields in saved_changes.items():
         saved[section] = {**saved[section], **fields}
-
-    def load(engine, tag):
-        raise AssertionError("state was loaded before the configs were compared")
-
-    trainer = Trainer.__new__(Trainer)
-    trainer.cfg, trainer.engine = cfg, None
-    trainer.ckpt = types.SimpleNamespace(newest_valid=lambda: "step_00000003", saved_config=lambda tag: saved,
-                                         load=load, dir=Path("/runs/x/checkpoints"))
-    return trainer
+    return resuming_trainer(cfg, saved)
 
 
 @pytest.mark.parametrize("changes,message", [
