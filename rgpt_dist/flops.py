@@ -76,7 +76,7 @@ def executed_forward_flops(cfg: ModelConfig, seq_len: int, r: float | None = Non
     MFU and the paper's comparisons use Eq. 1; this is the count torch's flop counter sees."""
     spec = spec_for(cfg)
     return float(block_executions(cfg, r) * block_flops(cfg, seq_len) + spec.executed_step_flops(cfg, r)
-                 + spec.sequence_flops(cfg, seq_len, r))
+                 + spec.executed_sequence_flops(cfg, seq_len, r))
 
 
 def executed_overhead_flops(cfg: ModelConfig, r: float | None = None) -> float:

@@ -44,6 +44,7 @@ class Config(Section):
             out += getattr(self, name).problems(name)
             out += nonfinite_fields(getattr(self, name), name)
         out += self._tensor_parallel_problems()
+        out += self._family_problems()
         out += self._block_count_problems()
         if self.train.seq_len > self.model.block_size:
             out.append(f"train.seq_len={self.train.seq_len} exceeds model.block_size={self.model.block_size}")
@@ -74,6 +75,15 @@ class Config(Section):
             out.append(f"model.block_size={self.model.block_size} is too small for data.task={task.name!r} with "
                        f"model.pos_encoding=learned: {where}; set model.block_size >= {need}")
         return out  # a value failing two bounds (inf) is reported once
+
+    def _family_problems(self) -> list[str]:
+        """What the model's family declares it cannot run (FamilySpec.run_problems: RLT refuses
+        tensor parallelism), before any process group starts."""
+        try:
+            spec = spec_for(self.model)
+        except (ValueError, TypeError, AttributeError):  # an unknown family: its own check reports it
+            return []
+        return spec.run_problems(self)
 
     def _block_count_problems(self) -> list[str]:
         """At most MAX_BLOCKS unique transformer blocks, whatever fields the family counts them in

@@ -47,13 +47,15 @@ def export(checkpoint: str | Path, out: str | Path, *, overwrite: bool = False, 
     given, out = out, check_out(checkpoint, out, overwrite)  # before any work: a refusal costs nothing
     remove_stale(out.parent, staging_prefix(out))  # an interrupted export's leftovers, even if this one fails
     c = consolidate(checkpoint, trust=trust)  # names and shapes already checked against the model
+    spec = spec_for(c.config.model)
+    if not spec.hf_writer:  # the export is whole or nothing: no native/ without hf/
+        raise ExportError(f"{c.tag_dir}: {spec.refusal('hf_writer')}; nothing was written to {given}")
     meta = {**c.record(),
             "checksums_sha256": hashlib.sha256((c.tag_dir / "checksums.json").read_bytes()).hexdigest()}
     out.parent.mkdir(parents=True, exist_ok=True)
     with staging(out.parent, staging_prefix(out)) as tmp:
         write_native(c.state_dict, c.config.model, tmp / "native", DTYPES[dtype], meta)
-        spec_for(c.config.model).write_hf(c.state_dict, c.config.model, tmp / "hf", dtype=DTYPES[dtype],
-                                          **(inference or {}))
+        spec.write_hf(c.state_dict, c.config.model, tmp / "hf", dtype=DTYPES[dtype], **(inference or {}))
         write_tokenizer(tmp / "hf", model_max_length=c.config.model.block_size)
         (tmp / "export.json").write_text(json.dumps({**meta, "dtype": dtype, "inference": inference or {}}, indent=2))
         seal(tmp)

@@ -26,6 +26,8 @@ import functools
 import torch
 import torch.nn as nn
 
+from rgpt_dist.models.spec import spec_for
+
 DECODE_RECOMPILE_LIMIT = 64  # compiled decode steps: 2 per (model, strategy, depth) in a process
 
 
@@ -76,6 +78,10 @@ def generate(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, *, r: int
         raise ValueError(f"prompt of {T} tokens + {max_new_tokens} new tokens exceed block_size={block_size}")
     if compile_backend is not None and strategy is None:
         raise ValueError("compile_backend compiles the cached decode step: it needs a strategy")
+    spec = spec_for(model.cfg)
+    if strategy is not None and not spec.cached_generation:  # e.g. RLT: no make_cache yet
+        raise ValueError(f"{spec.refusal('cached_generation')}; generate with strategy=None (recomputes the "
+                         "prefix for every new token)")
     depth = {} if r is None else {"r": r}
     was_training = model.training
     model.eval()

@@ -246,6 +246,11 @@ class KVCache:
             raise ValueError("a fixed-shape KV cache needs max_len (static storage)")
         self.strategy, self.r, self.block_size, self.max_len = strategy, r, block_size, max_len
         self.length = 0
+        self.carry: Any = None
+        """A family's own state carried from one forward to the next beyond per-token K/V stores
+        (RLT's decoder window rings and fed-back state: rgpt_dist.models.rlt.cache), made by the
+        model's first forward on the cache; None for caches of K/V stores only. Its `tensors()`
+        count in tensors() and nbytes()."""
         store = store or LayerCache
         self.layers = [store() for _ in range(n_layers)]
         if strategy == "full":  # [step][core block]
@@ -283,8 +288,10 @@ class KVCache:
         return self.layers + [getattr(c, "store", c) for step in self.core for c in step]
 
     def tensors(self) -> list[torch.Tensor]:
-        """Every K/V tensor held: a static cache's whole buffers, a dynamic cache's held tokens."""
-        return [t for store in self.stores() for t in _held(store)]
+        """Every K/V tensor held: a static cache's whole buffers, a dynamic cache's held tokens
+        (then the carry's tensors, if any)."""
+        carried = [] if self.carry is None else self.carry.tensors()
+        return [t for store in self.stores() for t in _held(store)] + carried
 
     def nbytes(self) -> int:
         """Bytes of K/V storage held. Static (max_len): the allocated capacity, B x H x max_len x

@@ -64,6 +64,15 @@ class FamilySpec:
     learned_exit: ClassVar[bool] = False
     """Whether the model decides per token when to stop (Ouro's exit gate): its model has
     `exits_at_thresholds(idx, targets, thresholds)` and the spec `exit_flops(cfg, seq_len, depth)`."""
+    supports_tp: ClassVar[bool] = True
+    """Whether parallel.tp_size > 1 may run the family. False: config validation (`run_problems`)
+    refuses it before any process group starts, naming `refusals['supports_tp']`."""
+    cached_generation: ClassVar[bool] = True
+    """Whether the model has `make_cache` (KV-cached decoding). False: `generate` refuses a cache
+    strategy naming `refusals['cached_generation']` (strategy=None, recomputing the prefix, runs)."""
+    refusals: ClassVar[dict[str, str]] = {}
+    """Why the family lacks a feature, by declaration: 'supports_tp', 'cached_generation' (either
+    False) and 'hf_writer' (empty: no Hugging Face export); every refusal quotes it."""
 
     # ---- construction ----------------------------------------------------------------------
     def build(self, cfg: Any, factory: Any = None) -> Any:
@@ -71,8 +80,24 @@ class FamilySpec:
 
     def write_hf(self, *args: Any, **kwargs: Any) -> Any:
         if not self.hf_writer:
-            raise ValueError(f"model family {self.name!r} has no Hugging Face export")
+            raise ValueError(self.refusal("hf_writer"))
         return _load(self.hf_writer)(*args, **kwargs)
+
+    def refusal(self, declaration: str) -> str:
+        """The message refusing what `declaration` (a key of `refusals`) says is not supported."""
+        what = {"supports_tp": "does not support tensor parallelism",
+                "cached_generation": "does not support cached generation (a KV cache)",
+                "hf_writer": "has no Hugging Face export"}.get(declaration, f"does not support {declaration}")
+        why = self.refusals.get(declaration)
+        return f"model family {self.name!r} {what}" + (f": {why}" if why else "")
+
+    def run_problems(self, cfg: Any) -> list[str]:
+        """What a whole run config (rgpt_dist.config.Config) asks of this family that it cannot do,
+        each naming the offending value and the reason; Config.problems reports them before any
+        process group starts. Here: parallel.tp_size > 1 when `supports_tp` is False."""
+        if not self.supports_tp and cfg.parallel.tp_size > 1:
+            return [f"parallel.tp_size={cfg.parallel.tp_size}: {self.refusal('supports_tp')}"]
+        return []
 
     # ---- depth ------------------------------------------------------------------------------
     def default_depth(self, cfg: Any) -> int | None:
@@ -126,6 +151,12 @@ class FamilySpec:
         that depend on the sequence length (Mixture-of-Recursions: a recursion attends over its
         kept tokens only, a negative term). 0 here."""
         return 0.0
+
+    def executed_sequence_flops(self, cfg: Any, seq_len: int, r: float | None = None) -> float:
+        """`sequence_flops` as this implementation runs them (what torch's flop counter sees): the
+        same unless the family computes more or less than its architecture needs (RLT-2's chunks
+        attend over whole chunks). Defaults to `sequence_flops`."""
+        return self.sequence_flops(cfg, seq_len, r)
 
     def executed_overhead_flops(self, cfg: Any, r: float | None = None) -> float:
         """Matmul FLOPs a forward at depth r runs once, whatever its number of tokens (RRT: forming

@@ -1,7 +1,9 @@
 """The contract every registered family keeps (#11), run on each family the spec registry finds:
 build from its debug flavour, forward at several depths, parameter count and executed FLOPs against
 the built model and torch's flop counter, a tp=2 split/merge round trip of its state dict, native and
-Hugging Face export round trips, and KV-cache decoding equal to recomputation."""
+Hugging Face export round trips, and KV-cache decoding equal to recomputation. What a spec declares
+unsupported (supports_tp, hf_writer, cached_generation: FamilySpec.refusals) is checked refused
+instead, with the declared reason, before any work."""
 from __future__ import annotations
 
 import pytest
@@ -9,7 +11,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from rgpt_dist.config import load_config
+from rgpt_dist.config import ConfigError, load_config
 from rgpt_dist.export.native import load_native, write_native
 from rgpt_dist.flops import executed_forward_flops, executed_overhead_flops, head_flops, param_count
 from rgpt_dist.models.generate import generate
@@ -68,6 +70,10 @@ def test_every_family_has_a_complete_spec_and_a_debug_flavour(family):
     assert all(data["family"] == name for data in spec.flavours.values())
     assert set(spec.paper_table1) <= set(spec.flavours) and set(spec.dense_reference) <= set(spec.flavours)
     assert spec.layout(cfg)
+    # every declaration of something unsupported states why (its refusals quote it)
+    for declaration, supported in (("supports_tp", spec.supports_tp), ("hf_writer", bool(spec.hf_writer)),
+                                   ("cached_generation", spec.cached_generation)):
+        assert supported or spec.refusals.get(declaration), declaration
 
 
 def test_forward_at_several_depths(family):
@@ -98,7 +104,12 @@ def test_parameters_and_executed_flops_match_the_model(family):
 
 
 def test_tp2_split_and_merge_round_trip(family):
-    _, cfg, model = family
+    name, cfg, model = family
+    if not spec_for(name).supports_tp:  # refused by config validation, before any process group
+        with pytest.raises(ConfigError) as refused:
+            load_config(debug_flavour(name), [*SMALL, "parallel.tp_size=2"])
+        assert f"parallel.tp_size=2: {spec_for(name).refusal('supports_tp')}" in str(refused.value)
+        return
     full = model.state_dict()
     layout = layout_for(cfg)
     assert set(layout) == set(full)
@@ -122,13 +133,18 @@ def test_native_export_round_trip(family, tmp_path):
 def test_hugging_face_export_round_trip(family, tmp_path):
     """The family's HF writer (every family has one), loaded back with transformers: same logits, and
     cached greedy generate() equal to the native cached generation."""
+    name, cfg, model = family
+    spec = spec_for(name)
+    out = tmp_path / f"{name}_hf"  # transformers keys remote code by the directory's name
+    if not spec.hf_writer:  # refused, naming the reason, before anything is written
+        with pytest.raises(ValueError, match="has no Hugging Face export") as refused:
+            spec.write_hf(model.state_dict(), cfg, out, dtype=torch.float32)
+        assert spec.refusals["hf_writer"] in str(refused.value) and not out.exists()
+        return
     from transformers import AutoModelForCausalLM
 
     from tests.helpers.hf import isolated_hf
 
-    name, cfg, model = family
-    spec = spec_for(name)
-    out = tmp_path / f"{name}_hf"  # transformers keys remote code by the directory's name
     spec.write_hf(model.state_dict(), cfg, out, dtype=torch.float32)
     idx, _ = batch(cfg, B=2, T=8)
     with isolated_hf(tmp_path / "home"):
@@ -146,6 +162,12 @@ def test_cached_generation_equals_recomputation(family):
     _, cfg, model = family
     idx, _ = batch(cfg, B=2, T=8)
     r = None if not spec_for(cfg).recurrent else spec_for(cfg).default_depth(cfg)
+    if not spec_for(cfg).cached_generation:  # refused before any forward; recomputation still decodes
+        with pytest.raises(ValueError) as refused:
+            generate(model, idx, 12, r=r, strategy="full")
+        assert spec_for(cfg).refusals["cached_generation"] in str(refused.value)
+        assert_varied(generate(model, idx, 12, r=r, strategy=None), idx.shape[1], 5)
+        return
     cached = generate(model, idx, 12, r=r, strategy="full")
     assert_varied(cached, idx.shape[1], 5)
     assert torch.equal(cached, generate(model, idx, 12, r=r, strategy=None))

@@ -230,11 +230,18 @@ def family_cases():
     dense models have one cache (strategy `full`, r None)."""
     cases = []
     for name in sorted(families()):
+        if not spec_for(name).cached_generation:  # declared: the contract checks the refusal
+            continue
         if not spec_for(name).recurrent:
             cases.append((name, "full", None))
             continue
         cases += [(name, s, r) for s in spec_for(name).kv_strategies for r in (0, 1, "R")]
     return cases
+
+
+# cached against uncached logits, fp32: RLT's carried state compounds rounding along the sequence (1.45e-5
+# measured on logits up to 9.2, 2026-12-03; 2.7e-15 in fp64: tests/models/rlt/test_rlt_generation.py)
+RECOMPUTE_ATOL = {"rlt": 3e-5}
 
 
 @pytest.mark.parametrize("name,strategy,r", family_cases())
@@ -253,9 +260,10 @@ def test_static_equals_dynamic_and_uncached_for_every_family(name, strategy, r):
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, atol=1e-6, rtol=0)
     full = model(idx, **kw).logits
+    atol = RECOMPUTE_ATOL.get(name, 1e-5)
     if strategy == "full":
-        torch.testing.assert_close(torch.cat(got, dim=1), full, atol=1e-5, rtol=0)
-    torch.testing.assert_close(got[0], full[:, :CHUNKS[0]], atol=1e-5, rtol=0)
+        torch.testing.assert_close(torch.cat(got, dim=1), full, atol=atol, rtol=0)
+    torch.testing.assert_close(got[0], full[:, :CHUNKS[0]], atol=atol, rtol=0)
     assert static.length == idx.shape[1] and full.abs().max() > 0.1
     assert all(isinstance(s, StaticLayerCache) and s.length == idx.shape[1] for s in static.stores())
 

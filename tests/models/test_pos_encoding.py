@@ -89,7 +89,8 @@ def test_alibi_equals_explicit_slopes_and_bias_fp64(n_head, slopes):
 
 def build(family, pos_encoding, seed=0, **kw):
     spec = families()[family]
-    extra = dict(n_layer=2) if family == "gpt2" else dict(n_pre=1, n_rec=1, n_coda=1, n_loops=2)
+    extra = {"gpt2": dict(n_layer=2), "rlt": dict(n_enc=1, n_dec=1)}.get(family, dict(n_pre=1, n_rec=1, n_coda=1,
+                                                                                   n_loops=2))
     cfg = spec.config(family=family, pos_encoding=pos_encoding, **{**SMALL, **extra, **kw})
     torch.manual_seed(seed)
     model = spec.build(cfg)
@@ -178,6 +179,10 @@ def test_runs_past_block_size_except_learned(family):
     kw = dict(lora_rank=2) if family == "relaxed" else {}
     idx = torch.randint(0, SMALL["vocab_size"], (1, 256), generator=torch.Generator().manual_seed(5))
     for pos_encoding in ("rope", "alibi", "none"):
+        if family == "rlt" and pos_encoding == "alibi":  # its window and memory attention have no bias
+            with pytest.raises(ValueError, match="pos_encoding='alibi' is not supported by RLT"):
+                build(family, pos_encoding)
+            continue
         model, _ = build(family, pos_encoding, **kw)
         assert not any("wpe" in k for k in model.state_dict()), (family, pos_encoding)
         with torch.no_grad():
@@ -197,7 +202,7 @@ def test_learned_unchanged_bitwise():
     fams = {"gpt2": dict(n_layer=2), "relaxed": dict(lora_rank=2),
             "recurrent_gpt": dict(n_pre=1, n_rec=1, n_coda=1, n_loops=2)}
     saved = sorted({k.split("/")[0] for k in ref})
-    assert saved == sorted(families())
+    assert saved == sorted(set(families()) - {"rlt"})  # RLT came after pos_encoding: nothing to keep
     for fam in saved:
         spec = families()[fam]
         cfg = spec.config(family=fam, vocab_size=32, block_size=16, d_model=8, n_head=2, **fams.get(fam, {}))
@@ -350,5 +355,7 @@ def test_param_count_drops_wpe_without_learned(family):
 
     kw = dict(lora_rank=2) if family == "relaxed" else {}
     for pos_encoding in ENCODINGS:
+        if family == "rlt" and pos_encoding == "alibi":  # refused (test_runs_past_block_size_except_learned)
+            continue
         model, cfg = build(family, pos_encoding, **kw)
         assert param_count(cfg) == sum(p.numel() for p in model.parameters()), (family, pos_encoding)

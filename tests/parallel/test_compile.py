@@ -23,7 +23,7 @@ from rgpt_dist.models.layers import Block, LMHead
 
 SMALL = ["model.vocab_size=512", "model.block_size=32", "model.pad_vocab_multiple=64", "train.seq_len=32"]
 # more Blocks than dynamo's recompile limit (8): one graph must serve them all
-DEEP = {"gpt2": ["model.n_layer=10"]}
+DEEP = {"gpt2": ["model.n_layer=10"], "rlt": ["model.n_enc=10"]}  # RLT: its encoder Blocks compile
 DEEP_LOOPED = ["model.n_pre=5", "model.n_coda=5"]
 
 

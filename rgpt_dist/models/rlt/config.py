@@ -6,8 +6,8 @@ output with the fed-back state, and `n_dec` decoder layers (sliding-window self-
 cross-attention, FFN) whose last output is the state. `feedback_interval` selects RLT-1 (1), RLT-2
 (B > 1, chunk-parallel) or RLT-0 (0: no feedback, no merge parameters).
 
-`FLAVOURS` are plain mappings for now; they become the spec's flavours when the family is
-registered (rgpt_dist/models/rlt/__init__.py defines no SPEC yet, see its docstring).
+`FLAVOURS` are plain mappings; the family spec (rgpt_dist/models/rlt/__init__.py) adds the
+16-layer splits and the tiny debug ones.
 """
 from __future__ import annotations
 
@@ -51,6 +51,14 @@ class RLTConfig(ModelConfig):
     """The feedback scale of the merge u = e + alpha g * W_s RMSNorm(s) (paper: 0.1; its J.11 tries
     0.03 and 0.01); finite, 0 < alpha <= 1e3. Unused by RLT-0."""
 
+    tbptt: int = 0
+    """Truncated backpropagation through time, in positions: 0 = full BPTT; k > 0 = at positions k,
+    2k, ... the fed-back state and every decoder layer's window K/V are detached (the paper's H.1
+    complete decoder-state detach; the encoder memory still carries gradient across), forward values
+    unchanged. 0 <= tbptt <= 2^20; a multiple of feedback_interval for RLT-2 (truncation at chunk
+    boundaries); 0 for RLT-0 (no recurrent state). The paper's TBPTT128 covers all its training
+    sequences, so the flavours keep 0 (the same gradients)."""
+
     def problems(self, path: str) -> list[str]:
         out = super().problems(path)
         out += out_of_bounds(path, ">=", 0, n_enc=self.n_enc, n_dec=self.n_dec,
@@ -67,6 +75,14 @@ class RLTConfig(ModelConfig):
                        "(consecutive decoder layers share a memory group)")
         if self.mem_groups > 1 and self.n_dec == 0:
             out.append(f"{path}.mem_groups={self.mem_groups} must be 1 with {path}.n_dec=0 (no layer reads a memory)")
+        out += out_of_bounds(path, ">=", 0, tbptt=self.tbptt)
+        out += out_of_bounds(path, "<=", MAX_BLOCK_SIZE, tbptt=self.tbptt)
+        if self.tbptt > 0 and self.feedback_interval == 0:
+            out.append(f"{path}.tbptt={self.tbptt} must be 0 with {path}.feedback_interval=0 (RLT-0 has no "
+                       "recurrent state to truncate)")
+        if self.tbptt > 0 and self.feedback_interval > 1 and self.tbptt % self.feedback_interval:
+            out.append(f"{path}.tbptt={self.tbptt} must be a multiple of {path}.feedback_interval="
+                       f"{self.feedback_interval} (RLT-2 truncates at chunk boundaries)")
         if self.pos_encoding == "alibi":
             out.append(f"{path}.pos_encoding={self.pos_encoding!r} is not supported by RLT (one of "
                        f"{', '.join(RLT_POS_ENCODINGS)}): its window and memory attention have no ALiBi bias")

@@ -14,9 +14,12 @@
 
 RLT-1 is the chunk schedule at C = 1 (one code path: RLT-2 with B = 1 is RLT-1 by construction), so
 its decoder runs token by token and each token reads the state of the previous token's last layer.
-Each decoder layer keeps the last W - 1 K/V it produced (its window cache), carried across chunks;
-positions are the token's index in the sequence from 0 (RoPE is relative, so the paper's origin 1
-changes nothing).
+Each decoder layer keeps the last W - 1 K/V it produced (its window ring), carried across chunks
+with the state in a DecoderCarry (cache.py); positions are the token's index in the sequence from 0
+(RoPE is relative, so the paper's origin 1 changes nothing). Chunks are anchored at position 0
+wherever a forward starts, so training, prefill and token-by-token decoding on a cache
+(`make_cache`; idx then holds the tokens after the cached ones) run the same schedule
+(Proposition B.1). Truncated BPTT (cfg.tbptt = k) detaches the carry at positions k, 2k, ...
 
 Initialisation (the shared layers' rules): N(0, init_std) weights, init_std / sqrt(2 (n_enc + n_dec))
 for every residual output projection (encoder attention and FFN; decoder SWA, cross-attention and
@@ -24,12 +27,14 @@ FFN), zero biases (b_g included), s* ~ N(0, init_std^2) (RMSNorm_s removes its s
 every matrix but the embedding (memory K/V, cross q, W_g, W_s included) is a hidden one: std / sqrt(m)
 and lr / m.
 
-Plain PyTorch; every linear layer comes from the LayerFactory (tensor parallelism
-is injected there later: heads are local, the merge replicated).
+Plain PyTorch; every linear layer comes from the LayerFactory (tensor parallelism is declared
+unsupported by the family spec for now; the layers already say how they would split: heads local,
+the merge replicated). Activation checkpointing recomputes the encoder blocks (`checkpoint_units`).
 """
 from __future__ import annotations
 
 import math
+from typing import Any, Callable
 
 import torch
 import torch.nn as nn
@@ -38,6 +43,8 @@ import torch.nn.functional as F
 from rgpt_dist.models.block_options import layer_norm, mark_hidden, mlp_kind, mup_hidden_std, mup_width_mult
 from rgpt_dist.models.layers import (MLP, Block, CausalSelfAttention, Embeddings, LayerFactory, LMHead, ModelOutput,
                                      SwiGLU, pos_encoding, residual_std, rope_base, rope_rotate)
+from rgpt_dist.models.kv_cache import KVCache
+from rgpt_dist.models.rlt.cache import DecoderCarry, visible
 from rgpt_dist.models.rlt.config import RLTConfig
 
 KV = tuple[torch.Tensor, torch.Tensor]
@@ -54,13 +61,6 @@ def _attention_scale(cfg: RLTConfig) -> float | None:
 def _head_norm(x: torch.Tensor, norm: nn.RMSNorm | None, shared) -> torch.Tensor:
     """QK-norm: RMSNorm of each head's vector over head_dim (x (B, H, N, hd)); identity without it."""
     return x if norm is None else F.rms_norm(x, (x.shape[-1],), shared(norm.weight), norm.eps)
-
-
-def _visible(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None) -> torch.Tensor:
-    """(C,) query and (N,) key positions -> (C, N) boolean, True where the key is visible: causal
-    (k <= q) and, with a window, within it (q - k < window)."""
-    vis = k_pos[None, :] <= q_pos[:, None]                            # (C, N)
-    return vis if window is None else vis & (k_pos[None, :] > q_pos[:, None] - window)
 
 
 class WindowSelfAttention(CausalSelfAttention):
@@ -159,7 +159,7 @@ class Merge(nn.Module):
 
     def initial(self, batch: int) -> torch.Tensor:
         """h_0 = s* for every row: (B, d)."""
-        return self.s0.expand(batch, -1)
+        return self.s0.repeat(batch, 1)  # a copy: expand's view has no grad_fn under no_grad (the flop counter refuses it)
 
     def gate_e(self, e: torch.Tensor) -> torch.Tensor:
         """The gate's token part W_g[:, :d] e_t + b_g for every position: (B, T, d) -> (B, T, d)."""
@@ -186,24 +186,18 @@ class DecoderLayer(nn.Module):
         self.ln_3 = layer_norm(cfg)
         self.mlp = (SwiGLU if mlp_kind(cfg) == "swiglu" else MLP)(cfg, factory, out_std)
 
-    def forward(self, z: torch.Tensor, start: int, pos: torch.Tensor, past: KV | None,
-                mem: KV) -> tuple[torch.Tensor, KV]:
-        """z (B, C, d): the chunk at positions pos = start..start+C-1 (C,); past: this layer's last
-        <= W-1 K/V before start (None at the sequence start); mem: the memory of all T positions.
-        -> (z' (B, C, d), the window cache after the chunk: its last <= W-1 K/V)."""
-        C = z.shape[1]
+    def forward(self, z: torch.Tensor, pos: torch.Tensor, ring: KV, mask: torch.Tensor | None, mem: KV,
+                cmask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """z (B, C, d): a chunk at positions pos (C,); ring: this layer's window ring (B, H_local,
+        W - 1, hd) each; mask (C, W - 1 + C) over [ring, chunk] (None: every key visible); mem: the
+        memory (B, H_local, N, hd) of positions 0..N-1 with cmask (C, N) (None: all visible).
+        -> (z' (B, C, d), the chunk's k, v (B, H_local, C, hd) for the ring). A pure function (no
+        state: activation checkpointing may recompute it)."""
         q, k, v = self.attn.heads(self.ln_1(z), pos)                   # each (B, H_local, C, hd)
-        if past is not None:
-            k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)  # (B, H_local, P + C, hd)
-        # a single token sees its whole cache (<= W-1 entries) and itself: no mask (fast kernels)
-        mask = None if C == 1 else _visible(pos, torch.arange(start + C - k.shape[2], start + C, device=z.device),
-                                            self.window)               # (C, P + C)
-        b = z + self.attn.out(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.attn.scale))
-        keep = max(0, k.shape[2] - (self.window - 1))                  # retain the last W - 1 (none at W = 1)
-        mk, mv = mem[0][:, :, :start + C], mem[1][:, :, :start + C]    # (B, H_local, start + C, hd): j <= t
-        cmask = None if C == 1 else _visible(pos, torch.arange(start + C, device=z.device), None)  # (C, start + C)
-        a = b + self.cross(self.ln_2(b), pos, (mk, mv), cmask)        # (B, C, d)
-        return a + self.mlp(self.ln_3(a)), (k[:, :, keep:], v[:, :, keep:])
+        keys, values = torch.cat([ring[0], k], 2), torch.cat([ring[1], v], 2)  # (B, H_local, W - 1 + C, hd)
+        b = z + self.attn.out(F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.attn.scale))
+        a = b + self.cross(self.ln_2(b), pos, mem, cmask)             # (B, C, d)
+        return a + self.mlp(self.ln_3(a)), k, v
 
 
 class RLT(nn.Module):
@@ -211,13 +205,19 @@ class RLT(nn.Module):
 
     may_have_unused_params = False  # every parameter receives a gradient every step
 
+    def checkpoint_units(self, mode: str) -> list[nn.Module]:
+        """Modules whose activations are recomputed in backward (rgpt_dist.parallel.checkpointing), in
+        every mode: the encoder blocks. The decoder layers are pure functions too (their rings pass in
+        and out), but the per-chunk loop keeps them out for now (spec.recompute_flops counts the encoder)."""
+        return list(self.encoder)
+
     def __init__(self, cfg: RLTConfig, factory: LayerFactory | None = None):
         super().__init__()
         if pos_encoding(cfg) == "alibi":
             raise ValueError("pos_encoding='alibi' is not supported by RLT: its window and memory attention "
                              "have no ALiBi bias (use rope, learned or none)")
         factory = factory or LayerFactory()
-        self.cfg = cfg
+        self.cfg, self.local_heads = cfg, cfg.n_head // factory.tp_size  # heads of this rank's shard
         out_std = residual_std(cfg, cfg.n_enc + cfg.n_dec)  # the per-token stack depth, as a Transformer's
         self.embed = Embeddings(cfg, factory)
         self.encoder = nn.ModuleList(Block(cfg, factory, out_std) for _ in range(cfg.n_enc))
@@ -227,48 +227,119 @@ class RLT(nn.Module):
         self.decoder = nn.ModuleList(DecoderLayer(cfg, factory, out_std) for _ in range(cfg.n_dec))
         self.head = LMHead(cfg, factory, self.embed.wte)
 
-    def encode(self, idx: torch.Tensor) -> torch.Tensor:
-        """(B, T) token ids -> e (B, T, d): the causal encoder, all positions at once (eq. 2.1)."""
-        e = self.embed(idx)                                            # (B, T, d)
-        for block in self.encoder:
-            e = block(e)
+    def make_cache(self, strategy: str = "full", r: int | None = None, max_len: int | None = None,
+                   fixed: bool = False, store: Callable[[], Any] | None = None) -> KVCache:
+        """An empty cache for `forward(..., cache=)` (layout: rgpt_dist.models.rlt.cache): one K/V store
+        per encoder block, then one per memory group, static with max_len tokens (default block_size)
+        or dynamic with `store` (the Hugging Face export's); fixed: for fixed-shape (compiled)
+        decoding. The window rings and the state are made by the first forward (`KVCache.carry`). No
+        block is shared across depth, so every known strategy gives this cache; r must be None."""
+        if r is not None:
+            raise ValueError("RLT has no recurrence depth: r is not supported")
+        n, block_size = self.cfg.n_enc + len(self.memory), self.cfg.block_size
+        if store is not None:
+            return KVCache(n, strategy=strategy, block_size=block_size, store=store)
+        return KVCache(n, strategy=strategy, block_size=block_size,
+                       max_len=block_size if max_len is None else max_len, fixed=fixed)
+
+    def encode(self, idx: torch.Tensor, stores: list | None = None, past: int = 0,
+               mask: torch.Tensor | None = None, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T) token ids -> e (B, T, d): the causal encoder, all positions at once (eq. 2.1). With a
+        cache: the n_enc blocks' K/V stores holding `past` earlier tokens, which the new ones attend
+        to; mask (1, 1, T, max_len) and positions (B, T) in a fixed-shape step."""
+        e = self.embed(idx, past, positions)                           # (B, T, d)
+        for block, store in zip(self.encoder, stores or [None] * len(self.encoder)):
+            e = block(e, store, None, mask)
         return e
 
-    def decode(self, e: torch.Tensor) -> torch.Tensor:
-        """e (B, T, d) -> y (B, T, d): memory, then the decoder chunk by chunk (chunk length 1 for
-        RLT-1, B for RLT-2, T for RLT-0), the state advancing only at a complete chunk."""
+    def decode(self, e: torch.Tensor, pos: torch.Tensor | None = None, mems: list[KV] | None = None,
+               carry: DecoderCarry | None = None, start: int = 0, fixed: bool = False) -> torch.Tensor:
+        """e (B, T, d) at positions pos (T,) = start..start+T-1 -> y (B, T, d): the decoder chunk by
+        chunk, chunks anchored at position 0 (length 1 for RLT-1, B for RLT-2, the whole input for
+        RLT-0), the state advancing only at a complete chunk. mems: each memory group's K/V of
+        positions 0..N-1, N >= start + T (default: built from e). carry: a cache's rings and state
+        (default: a fresh one, training: detached every cfg.tbptt positions). fixed: pos is a
+        fixed-shape step's slot index (one token; `start` is not read)."""
         B, T, _ = e.shape
-        pos = torch.arange(T, device=e.device)                         # (T,)
-        mems = [m(e, pos) for m in self.memory]                        # G x KV (B, H_local, T, hd)
-        C = self.cfg.feedback_interval or T
-        state = None if self.merge is None else self.merge.initial(B)  # (B, d): h_0 = s*
+        pos = torch.arange(T, device=e.device) if pos is None else pos  # (T,)
+        mems = [m(e, pos) for m in self.memory] if mems is None else mems  # G x KV (B, H_local, N, hd)
+        cached, C, k = carry is not None, self.cfg.feedback_interval, self.cfg.tbptt
+        carry = carry or DecoderCarry(len(self.decoder), self.cfg.window, inplace=False)
+        carry.start(None if self.merge is None else self.merge.initial(B),
+                    e, (B, self.local_heads, self.cfg.window - 1, self.cfg.head_dim))  # a ring's shape
         gate_e = None if self.merge is None else self.merge.gate_e(e)  # (B, T, d)
-        G, L = len(self.memory), len(self.decoder)
-        past: list[KV | None] = [None] * L
-        ys = []
-        for start in range(0, T, C):
-            z = e[:, start:start + C]                                  # (B, c, d), c = C or the rest
-            c = z.shape[1]
-            if self.merge is not None:
-                z = self.merge(z, gate_e[:, start:start + c], state)   # (B, c, d): z^0
-            for i, layer in enumerate(self.decoder):
-                z, past[i] = layer(z, start, pos[start:start + c], past[i], mems[i * G // L])
-            ys.append(z)
-            if self.merge is not None and c == C:
-                state = z[:, -1]                                       # (B, d): h_k = y at the chunk's end
+        ys, s = [], 0
+        while s < T:
+            p0 = start + s                                             # the piece's first position
+            c = 1 if fixed else (min(T - s, C - p0 % C) if C else T - s)  # up to the next chunk boundary
+            if k and not cached and p0 and p0 % k == 0:
+                carry.detach()                                         # truncated BPTT (paper H.1)
+            g = None if gate_e is None else gate_e[:, s:s + c]
+            ys.append(self._chunk(e[:, s:s + c], g, pos[s:s + c], p0, mems, carry, fixed))
+            s += c
         return torch.cat(ys, 1)                                        # (B, T, d)
 
+    def _chunk(self, z: torch.Tensor, gate_e: torch.Tensor | None, pos: torch.Tensor, p0: int, mems: list[KV],
+               carry: DecoderCarry, fixed: bool) -> torch.Tensor:
+        """One chunk (or a partial one) z, gate_e (B, c, d) at positions pos (c,) = p0.. -> y (B, c, d):
+        the merge with the register, every decoder layer, then the rings and the register advance."""
+        c, W = z.shape[1], self.cfg.window
+        if self.merge is not None:
+            z = self.merge(z, gate_e, carry.state)                     # (B, c, d): z^0
+        # one query with a full ring sees every key: no mask (fast kernels)
+        mask = None if c == 1 and not fixed and p0 >= W - 1 else carry.window_mask(pos, W)  # (c, W - 1 + c)
+        if fixed:  # whole static buffers: hide the positions after the token
+            cmask = None if not mems else torch.arange(mems[0][0].shape[2], device=z.device) <= pos[:, None]
+            views = mems
+        else:      # the memory of positions <= the chunk's last: j <= t
+            views = [(mk[:, :, :p0 + c], mv[:, :, :p0 + c]) for mk, mv in mems]
+            cmask = None if c == 1 else visible(pos, torch.arange(p0 + c, device=z.device), None)  # (c, p0 + c)
+        ring, G, L = carry.slots(pos), len(mems), len(self.decoder)
+        for i, layer in enumerate(self.decoder):
+            z, k, v = layer(z, pos, (carry.keys[i], carry.values[i]), mask, views[i * G // L], cmask)
+            carry.write(i, k, v, *ring)
+        carry.advance(pos, *ring)
+        if self.merge is not None:  # h_k = y at a complete chunk's end
+            C = self.cfg.feedback_interval
+            carry.feed_back(z[:, -1], (pos[-1] + 1) % C == 0 if fixed else (p0 + c) % C == 0)
+        return z
+
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, r: int | None = None,
-                all_exits: bool = False, noise_key: object = None, cache: object = None,
+                all_exits: bool = False, noise_key: object = None, cache: KVCache | None = None,
                 stats: bool = False, mask: torch.Tensor | None = None,
                 positions: torch.Tensor | None = None) -> ModelOutput:
         """idx, targets: (B, T) token ids (targets -1: unscored). `r`, `all_exits`, `noise_key` and
-        `stats` exist for a uniform interface across families (no depth, noise or statistics here);
-        a KV cache and padded batches (`cache`, `mask`, `positions`) are not supported yet."""
+        `stats` exist for a uniform interface across families (no depth, noise or statistics here).
+        cache: from `make_cache`, holding the tokens before idx (inference only). mask, positions:
+        only in a fixed-shape decode step (rgpt_dist.models.generate), where RLT takes both from the
+        cache's slot index; padded batches are not supported (the state would run through padding)."""
         if r is not None or all_exits:
             raise ValueError("RLT has no recurrence depth: r and all_exits are not supported")
-        if cache is not None or mask is not None or positions is not None:
-            raise ValueError("RLT does not support a KV cache or padded batches (cache, mask, positions) yet")
-        y = self.decode(self.encode(idx))                              # (B, T, d)
+        fixed = cache is not None and cache.slots is not None and cache.slots.index is not None
+        if (mask is not None or positions is not None) and not fixed:
+            raise ValueError("RLT does not support padded batches (mask, positions): its recurrent state would "
+                             "run through the padding")
+        y = self.decode(self.encode(idx)) if cache is None else self._cached(idx, cache, fixed)  # (B, T, d)
         logits, loss = self.head(y, targets)                           # (B, T, V), ()
         return ModelOutput(loss=loss, logits=logits)
+
+    def _cached(self, idx: torch.Tensor, cache: KVCache, fixed: bool) -> torch.Tensor:
+        """idx (B, T): the tokens after the cache's -> y (B, T, d); the cache then holds them too."""
+        T = idx.shape[1]
+        past = cache.begin(T, None, self.training)
+        if fixed and T != 1:
+            raise ValueError(f"a fixed-shape RLT decode step feeds one token, got {T}")
+        if cache.carry is None:
+            if past:
+                raise ValueError(f"this cache holds {past} tokens but no RLT carry (not filled by RLT.forward)")
+            cache.carry = DecoderCarry(len(self.decoder), self.cfg.window, inplace=True)
+        pos = cache.slots.index if fixed else torch.arange(past, past + T, device=idx.device)  # (T,)
+        n, emask, positions = self.cfg.n_enc, None, None
+        if fixed:  # the encoder's static buffers are read whole: (1, 1, 1, max_len)
+            emask = (torch.arange(cache.max_len, device=idx.device) <= pos[:, None])[None, None]
+            positions = pos.expand(idx.shape[0], -1)                   # (B, 1)
+        e = self.encode(idx, cache.layers[:n], past, emask, positions)  # (B, T, d)
+        mems = [store.update(*m(e, pos)) for m, store in zip(self.memory, cache.layers[n:])]  # G x (B, H, N, hd)
+        y = self.decode(e, pos, mems, cache.carry, past, fixed)
+        cache.end(T)
+        return y
