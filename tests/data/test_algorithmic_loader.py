@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from rgpt_dist.algorithmic import get_task
+from rgpt_dist.algorithmic import get_task, make_batch
 from rgpt_dist.data.algorithmic import TaskLoader, validation_batches, validation_problem
 
 SEQ, MB, G = 44, 2, 8
@@ -38,7 +38,10 @@ def test_micro_batches_are_the_global_stream_in_order():
     for k, (x, y) in enumerate(got):
         ex, ey = expected(task, "train", [(None, i) for i in range(k * MB, k * MB + MB)])
         assert torch.equal(x, ex) and torch.equal(y, ey), k
-    assert (got[0][1] == -1).any() and (got[0][1] >= 0).any()
+    # the generators' IGNORE_INDEX (-100) never reaches the model: unscored positions are -1, and the
+    # scored ones are exactly the masked ones (addition: the answer tokens and EOS of every example)
+    ex_mask = torch.from_numpy(make_batch(task, "train", range(MB), seq_len=SEQ).mask)
+    assert not (got[0][1] == -100).any() and torch.equal(got[0][1] != -1, ex_mask)
 
 
 def test_data_parallel_ranks_together_read_one_process_global_batch():
