@@ -5,15 +5,21 @@
     rgpt-algo eval RUN                              # RUN/eval/eval.json: the task's whole test grid
     rgpt-algo eval RUN --lengths 32,64 --out DIR    # a subset of the grid
     rgpt-algo eval RUN --lengths 32 --limit 64      # first 64 examples per length: smoke runs, NOT the paper's protocol
+    rgpt-algo eval RUN --checkpoint last            # RUN/eval-last/eval.json: the fixed last step (train.max_steps)
     rgpt-algo table runs/algorithmic --out runs/algorithmic/table   # table.md, table.json, accuracy_vs_length.png
+    rgpt-algo table runs/algorithmic --out T --layout table9        # only the paper's Table 9 layout
+    rgpt-algo table runs/cpu --out T --layout table9 --models rlt1-debug,rlt0-debug,rlt2-debug,rlt-transformer-debug
 
 train: configs/algorithmic/TASK.yaml (the paper's recipe) + model=FLAVOUR + train.seed=S +
 log.run_dir=OUT + the key=value overrides, validated here (a bad value exits 2 naming it, before any
 process starts), then the project's trainer through torchrun (--nproc processes, default 1; the
 paper ran one CPU process with four threads). An interrupted run resumes from its newest checkpoint.
 eval: the checkpoint with the minimum validation loss (best.json, else metrics.jsonl; earliest step on
-ties), every test length of the task, fp32, batch 32 (rgpt_dist.algorithmic.evaluate).
-table: mean and sample SD (ddof = 1) over the seeds of each (task, model) (rgpt_dist.algorithmic.table).
+ties), or with --checkpoint last the one at train.max_steps; every test length of the task, fp32,
+batch 32 (rgpt_dist.algorithmic.evaluate).
+table: mean and sample SD (ddof = 1) over the seeds of each (task, model, checkpoint choice)
+(rgpt_dist.algorithmic.table); --layout auto (default: the generic layouts and every paper layout
+with data), full, or paper layouts table2 / table7 / table9 (rgpt_dist.algorithmic.paper_tables).
 Exit status 2 with one line on bad input; train passes on the trainer's status.
 """
 from __future__ import annotations
@@ -50,6 +56,13 @@ def _lengths(text: str) -> list[int]:
     return values
 
 
+def _names(text: str) -> tuple[str, ...]:
+    names = tuple(v.strip() for v in text.split(",") if v.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"{text!r} names nothing (comma-separated names)")
+    return names
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -77,12 +90,18 @@ def _parser() -> argparse.ArgumentParser:
                                                    "not the paper's protocol)")
     e.add_argument("--batch-size", type=_positive, default=32, help="examples per forward (default 32)")
     e.add_argument("--device", default="cpu", help="cpu (default; the paper's FP32 CPU evaluation) or cuda[:N]")
-    e.add_argument("--out", help="output directory (default RUN_DIR/eval)")
+    e.add_argument("--checkpoint", choices=("best", "last"), default="best",
+                   help="best: minimum validation loss, earliest tie (default); last: the step train.max_steps")
+    e.add_argument("--out", help="output directory (default RUN_DIR/eval; RUN_DIR/eval-last with --checkpoint last)")
     e.add_argument("--trust-checkpoint", action="store_true",
                    help="UNSAFE: load checkpoint files that need full unpickling (runs code the file names)")
     s = sub.add_parser("table", help="three-seed tables and plot of eval.json files")
     s.add_argument("sources", nargs="+", help="eval.json files or directories searched for them")
     s.add_argument("--out", required=True, help="output directory")
+    s.add_argument("--layout", type=_names, default=("auto",),
+                   help="comma-separated: auto (default), full, table2, table7, table9")
+    s.add_argument("--models", type=_names, help="flavours replacing one paper layout's models, in order "
+                                                  "(with --layout naming that layout)")
     return p
 
 
@@ -152,13 +171,14 @@ def evaluate(args) -> int:
     from rgpt_dist.algorithmic.evaluate import evaluate_run, write_eval
 
     result = evaluate_run(args.run_dir, args.lengths, args.limit, args.batch_size, args.device,
-                          args.trust_checkpoint)
-    path = _write_into(args.out or Path(args.run_dir) / "eval", lambda tmp: write_eval(result, tmp))
+                          args.trust_checkpoint, args.checkpoint)
+    default = Path(args.run_dir) / ("eval" if args.checkpoint == "best" else "eval-last")
+    path = _write_into(args.out or default, lambda tmp: write_eval(result, tmp))
     metric = result["primary_metric"]
-    val = result["validation"]["accuracy"]
+    val, loss = result["validation"]["accuracy"], result["val_loss"]
     val_text = "n/a" if val is None else f"{100 * val:.2f}%"
-    print(f"{result['task']} {result['model']} seed {result['seed']}: {result['checkpoint']} (val_loss "
-          f"{result['val_loss']:.4g}, validation {metric} accuracy {val_text})")
+    print(f"{result['task']} {result['model']} seed {result['seed']}: {result['checkpoint']} ({args.checkpoint}; "
+          f"val_loss {'n/a' if loss is None else f'{loss:.4g}'}, validation {metric} accuracy {val_text})")
     for n, m in result["test"].items():
         print(f"  length {n}: {metric} accuracy {100 * m[metric]:.2f}%")
     print(f"wrote {path}")
@@ -166,10 +186,11 @@ def evaluate(args) -> int:
 
 
 def table(args) -> int:
-    from rgpt_dist.algorithmic.table import load_evals, write_tables
+    from rgpt_dist.algorithmic.table import check_layouts, load_evals, write_tables
 
+    check_layouts(args.layout, args.models)
     evals = load_evals(args.sources)
-    paths = _write_into(args.out, lambda tmp: write_tables(evals, tmp))
+    paths = _write_into(args.out, lambda tmp: write_tables(evals, tmp, args.layout, args.models))
     print(Path(paths["md"]).read_text())
     print(f"wrote {', '.join(str(p) for p in paths.values())}")
     return 0

@@ -8,7 +8,9 @@
    ties"; test scores never enter). The trainer records it in `<checkpoints>/best.json`
    (checkpoint.keep_best); a run without that file falls back to the same rule over the eval records
    of `<run_dir>/metrics.jsonl` whose checkpoint directory still exists and verifies. Nothing to
-   choose from is refused (SelectionError).
+   choose from is refused (SelectionError). `checkpoint="last"` (the CLI's --checkpoint last) takes
+   the fixed last step instead, train.max_steps (the paper's J.8 compares the two): a run that has
+   not reached it is refused, naming the step; eval.json records the choice (`checkpoint_choice`).
 2. The model: `rgpt_dist.export.consolidate.consolidate` of that tag (fp32 master weights, tp = 1)
    into `rgpt_dist.registry.build_model`, eval mode, fp32, CPU unless told otherwise.
 3. Every test length (the task's grid, or a subset of it): the shared held-out set
@@ -39,6 +41,8 @@ BEST_FILE = "best.json"
 RUN_RECORD = "algo_run.json"
 """Written by `rgpt-algo train` into the run directory: task, model flavour, seed, overrides."""
 EVAL_BATCH = 32
+CHECKPOINT_CHOICES = ("best", "last")
+"""best: the minimum validation loss (earliest tie); last: the checkpoint at train.max_steps."""
 
 
 class EvalError(ValueError):
@@ -53,8 +57,8 @@ class SelectionError(EvalError):
 class Selection:
     tag_dir: Path
     step: int
-    val_loss: float
-    source: str   # "best.json" or "metrics.jsonl"
+    val_loss: float | None   # None: no validation record at that step (only possible for "last")
+    source: str   # "best.json", "metrics.jsonl" or "train.max_steps"
 
 
 def run_config(run_dir: str | Path) -> dict:
@@ -119,6 +123,24 @@ def select_checkpoint(run_dir: str | Path, config: dict | None = None) -> Select
                              f"and checkpoints at the same steps)")
     step, loss = chosen
     return Selection(ckpt / f"{TAG_PREFIX}{step:08d}", step, loss, "metrics.jsonl")
+
+
+def select_last(run_dir: str | Path, config: dict | None = None) -> Selection:
+    """The checkpoint at train.max_steps (the fixed last step), its validation loss from
+    metrics.jsonl (the last record at that step; None without one); SelectionError when the run
+    has not saved that step completely."""
+    config = run_config(run_dir) if config is None else config
+    steps = (config.get("train") or {}).get("max_steps")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise SelectionError(f"{run_dir}: config.yaml has no positive train.max_steps ({steps!r}) to take the last "
+                             f"checkpoint at")
+    tag_dir = checkpoint_dir(run_dir, config) / f"{TAG_PREFIX}{steps:08d}"
+    if not _complete(tag_dir):
+        raise SelectionError(f"no last checkpoint in {run_dir}: {tag_dir} (train.max_steps={steps}) is missing or "
+                             f"incomplete; the run has not finished (run it again to resume) or it was pruned")
+    losses = [r["val_loss"] for _, r in read_metrics(Path(run_dir) / "metrics.jsonl")
+              if r.get("step") == steps and isinstance(r.get("val_loss"), (int, float))]
+    return Selection(tag_dir, steps, float(losses[-1]) if losses else None, "train.max_steps")
 
 
 def eval_lengths(task, lengths=None) -> list:
@@ -197,8 +219,11 @@ def _model_label(run_dir: Path, config: dict) -> tuple[str, dict]:
 
 
 def evaluate_run(run_dir: str | Path, lengths=None, limit: int | None = None, batch_size: int = EVAL_BATCH,
-                 device: str = "cpu", trust: bool = False) -> dict:
-    """The eval.json record of one run (module doc). Every refusal happens before the model loads."""
+                 device: str = "cpu", trust: bool = False, checkpoint: str = "best") -> dict:
+    """The eval.json record of one run (module doc); `checkpoint` best or last. Every refusal happens
+    before the model loads."""
+    if checkpoint not in CHECKPOINT_CHOICES:
+        raise EvalError(f"checkpoint must be one of {', '.join(CHECKPOINT_CHOICES)}, got {checkpoint!r}")
     run_dir = Path(run_dir)
     config = run_config(run_dir)
     task = _task_of(config)
@@ -206,7 +231,7 @@ def evaluate_run(run_dir: str | Path, lengths=None, limit: int | None = None, ba
         raise EvalError(f"limit must be a positive integer, got {limit!r}")
     grid = eval_lengths(task, lengths)
     check_positions(task, grid, config.get("model") or {})
-    selection = select_checkpoint(run_dir, config)
+    selection = (select_checkpoint if checkpoint == "best" else select_last)(run_dir, config)
     model, step = _load(selection.tag_dir, device, trust)
     val = {}
     pooled = Counts()
@@ -219,7 +244,8 @@ def evaluate_run(run_dir: str | Path, lengths=None, limit: int | None = None, ba
     metric = primary_metric(task.name)
     return {"task": task.name, "model": label, "family": (config.get("model") or {}).get("family"),
             "seed": (config.get("train") or {}).get("seed"), "step": step, "checkpoint": selection.tag_dir.name,
-            "selected_by": selection.source, "val_loss": selection.val_loss, "primary_metric": metric,
+            "checkpoint_choice": checkpoint, "selected_by": selection.source, "val_loss": selection.val_loss,
+            "primary_metric": metric,
             "limit": limit, "protocol": "paper" if limit is None else f"first {limit} examples per length (not the paper's)",
             "batch_size": batch_size, "dtype": "fp32", "device": device,
             "validation": {"accuracy": pooled.accuracy(metric), "pooled": pooled.to_dict(), "per_length": val},

@@ -2,7 +2,9 @@
 
     paths = write_tables(load_evals(["runs/algorithmic"]), out)   # table.md, table.json, accuracy_vs_length.png
 
-Runs are grouped by (task, model). At each length, the score of every seed is computed first, then
+Runs are grouped by (task, model, checkpoint choice: `best` or `last`, eval.json's
+`checkpoint_choice`; files written before it existed are `best`). At each length, the score of
+every seed is computed first, then
 the mean and the sample standard deviation (ddof = 1, the paper's 1/2 for three seeds, Eq. J.1);
 a group with one seed has no SD: it is reported as n/a (null in JSON), never 0. Scores are percent.
 
@@ -12,8 +14,12 @@ Layouts (table.md; the same numbers in table.json):
 - per task, the full test grid: models x lengths, in the task's reported metric (addition: teacher-
   forced answer-token accuracy; the others final-label / final-state accuracy), and for the S5 tasks
   also prefix-token and whole-sequence accuracy (Figure 13's three scoring rules).
+Last-checkpoint groups appear there as "MODEL (last)". The paper's own layouts (Tables 2 + 3, 7, 9)
+are rgpt_dist.algorithmic.paper_tables: `layouts=("auto",)` adds every one that has data after the
+layouts above, `("full",)` only those, and naming paper layouts writes just them.
 The plot: one panel per task, mean with SD error bars clipped to 0-100 %, training lengths shaded,
-the uniform-prediction accuracy dotted (Figure 12). No torch import.
+the uniform-prediction accuracy dotted (Figure 12); the best-checkpoint groups only where a task has
+any. No torch import.
 """
 from __future__ import annotations
 
@@ -31,6 +37,8 @@ TASK_ORDER = ("addition", "parity", "mod5_flat", "mod5_brackets", "s5_standard",
 TASK_TITLES = {"addition": "Addition", "parity": "Parity", "mod5_flat": "Mod 5, no brackets",
                "mod5_brackets": "Mod 5, brackets", "s5_standard": "S5, standard", "s5_swaps": "S5, swaps"}
 _REQUIRED = ("task", "model", "seed", "test", "validation", "primary_metric")
+CHOICES = ("best", "last")
+"""eval.json's checkpoint_choice (rgpt-algo eval --checkpoint); absent means best."""
 
 
 class TableError(ValueError):
@@ -78,7 +86,10 @@ def load_evals(sources) -> list[dict]:
         missing = [k for k in _REQUIRED if not isinstance(data, dict) or k not in data]
         if missing:
             raise TableError(f"{path}: not an rgpt-algo eval.json (missing {', '.join(missing)})")
-        evals.append({**data, "file": str(path)})
+        choice = data.get("checkpoint_choice", "best")
+        if choice not in CHOICES:
+            raise TableError(f"{path}: checkpoint_choice {choice!r} is not one of {', '.join(CHOICES)}")
+        evals.append({**data, "checkpoint_choice": choice, "file": str(path)})
     if not evals:
         raise TableError("no eval.json given")
     return evals
@@ -94,19 +105,20 @@ def _stat(values: list[float]) -> dict:
 
 
 def aggregate(evals: list[dict]) -> list[dict]:
-    """One entry per (task, model): seeds, files, and per metric and test length {n, values, mean,
-    sd} in percent (seeds without a score at a length are left out of it), plus the validation
-    accuracy. A seed given twice in a group is refused."""
-    groups: dict[tuple[str, str], list[dict]] = {}
+    """One entry per (task, model, checkpoint choice): seeds, files, and per metric and test length
+    {n, values, mean, sd} in percent (seeds without a score at a length are left out of it), plus the
+    validation accuracy. A seed given twice in a group is refused."""
+    groups: dict[tuple[str, str, str], list[dict]] = {}
     for e in evals:
-        groups.setdefault((e["task"], e["model"]), []).append(e)
+        groups.setdefault((e["task"], e["model"], e.get("checkpoint_choice", "best")), []).append(e)
     out = []
-    for (task, model), members in sorted(groups.items(), key=lambda kv: (_task_rank(kv[0][0]), kv[0][1])):
+    for (task, model, choice), members in sorted(groups.items(), key=lambda kv: (_task_rank(kv[0][0]), kv[0][1:])):
         seeds = [m["seed"] for m in members]
         twice = sorted({s for s in seeds if seeds.count(s) > 1}, key=str)
         if twice:
             files = [m["file"] for m in members if m["seed"] in twice]
-            raise TableError(f"task {task}, model {model}: seed {twice[0]} appears twice ({', '.join(files)})")
+            raise TableError(f"task {task}, model {model}, {choice} checkpoint: seed {twice[0]} appears twice "
+                             f"({', '.join(files)})")
         members.sort(key=lambda m: (str(type(m["seed"])), m["seed"]))
         lengths = sorted({int(n) for m in members for n in m["test"]})
         metrics = {}
@@ -118,7 +130,8 @@ def aggregate(evals: list[dict]) -> list[dict]:
                 if values:
                     metrics[metric][n] = _stat(values)
         val = [_pct(m["validation"].get("accuracy")) for m in members]
-        out.append({"task": task, "model": model, "primary_metric": PRIMARY.get(task, members[0]["primary_metric"]),
+        out.append({"task": task, "model": model, "checkpoint": choice,
+                    "primary_metric": PRIMARY.get(task, members[0]["primary_metric"]),
                     "seeds": [m["seed"] for m in members], "steps": [m.get("step") for m in members],
                     "files": [m["file"] for m in members], "limits": sorted({str(m.get("limit")) for m in members}),
                     "lengths": lengths, "metrics": metrics,
@@ -135,6 +148,11 @@ def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines + ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
 
 
+def _label(group: dict) -> str:
+    """The model's column name: the flavour, "(last)" added for the last-checkpoint groups."""
+    return group["model"] + (" (last)" if group.get("checkpoint") == "last" else "")
+
+
 def _cell(stat: dict | None) -> str:
     if stat is None:
         return "-"
@@ -142,17 +160,55 @@ def _cell(stat: dict | None) -> str:
     return text if stat["n"] == 3 else f"{text} (n={stat['n']})"
 
 
-def markdown(groups: list[dict]) -> str:
-    """table.md: the layouts of the module doc."""
-    models = sorted({g["model"] for g in groups})
-    tasks = sorted({g["task"] for g in groups}, key=_task_rank)
-    by = {(g["task"], g["model"]): g for g in groups}
+def markdown(groups: list[dict], layouts=("auto",), models=None) -> str:
+    """table.md: the layouts of the module doc (`models`: paper_tables.build's column override)."""
+    from rgpt_dist.algorithmic import paper_tables
+
+    paper = _paper_layouts(groups, layouts, models)
     lines = ["# Length generalisation (accuracy %, mean ± sample SD over seeds, ddof = 1)", ""]
     limits = sorted({lim for g in groups for lim in g["limits"] if lim != "None"})
     if limits:
         lines += [f"**Not the paper's protocol**: only the first {', '.join(limits)} examples per length were scored.", ""]
-    lines += ["Cells without (n=k) average three seeds; one seed has no SD (n/a).", "",
-              "## Accuracy at the longest tested length (Table 3 layout)", ""]
+    lines += ["Cells without (n=k) average three seeds; one seed has no SD (n/a).", ""]
+    if "full" in layouts or "auto" in layouts:
+        lines += _full(groups)
+    for layout in paper:
+        lines += [""] + paper_tables.render(paper_tables.build(layout, groups, models))
+    return "\n".join(lines) + "\n"
+
+
+def check_layouts(layouts, models=None) -> list[str]:
+    """The paper layouts named; TableError for an unknown name, or `models` given without exactly
+    one paper layout or with another count than its models (checked before any file is read)."""
+    from rgpt_dist.algorithmic import paper_tables
+
+    unknown = [x for x in layouts if x not in ("auto", "full", *paper_tables.LAYOUTS)]
+    if unknown or not layouts:
+        raise TableError(f"unknown layout {(unknown or [''])[0]!r}: expected auto, full or "
+                         f"{', '.join(paper_tables.LAYOUTS)}")
+    named = [x for x in paper_tables.LAYOUTS if x in layouts]
+    if models is not None:
+        if len(named) != 1 or len(layouts) != 1:
+            raise TableError(f"--models replaces one paper layout's models: name exactly one of "
+                             f"{', '.join(paper_tables.LAYOUTS)} with --layout (got {','.join(layouts)})")
+        paper_tables.columns(named[0], models)
+    return named
+
+
+def _paper_layouts(groups: list[dict], layouts, models=None) -> list[str]:
+    """The paper layouts to write: those named, plus (auto) every one with data."""
+    from rgpt_dist.algorithmic import paper_tables
+
+    named = check_layouts(layouts, models)
+    return named + [x for x in paper_tables.present(groups) if "auto" in layouts and x not in named]
+
+
+def _full(groups: list[dict]) -> list[str]:
+    """Table 3 over every model, the validation accuracy and the per-task grids (module doc)."""
+    models = sorted({_label(g) for g in groups})
+    tasks = sorted({g["task"] for g in groups}, key=_task_rank)
+    by = {(g["task"], _label(g)): g for g in groups}
+    lines = ["## Accuracy at the longest tested length (Table 3 layout)", ""]
     rows = []
     for task in tasks:
         longest = max(n for m in models if (task, m) in by for n in by[task, m]["lengths"])
@@ -172,7 +228,7 @@ def markdown(groups: list[dict]) -> str:
                                [[m, ", ".join(map(str, by[task, m]["seeds"]))]
                                 + [_cell(by[task, m]["metrics"][metric].get(n)) for n in lengths]
                                 for m in models if (task, m) in by])
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def plot(groups: list[dict], path: Path) -> Path:
@@ -190,14 +246,16 @@ def plot(groups: list[dict], path: Path) -> Path:
     for ax, task in zip(axes.flat, tasks):
         metric = PRIMARY.get(task, "final")
         lengths = set()
-        for g in (g for g in groups if g["task"] == task):
+        mine = [g for g in groups if g["task"] == task]
+        best = [g for g in mine if g["checkpoint"] == "best"]
+        for g in best or mine:                  # the paper's figures: best checkpoints (last ones alone if only)
             stats = g["metrics"][metric]
             xs = sorted(stats)
             lengths.update(xs)
             mean = np.array([stats[n]["mean"] for n in xs])
             sd = np.array([0.0 if stats[n]["sd"] is None else stats[n]["sd"] for n in xs])
             err = np.vstack([np.minimum(sd, mean), np.minimum(sd, 100.0 - mean)])   # clipped to 0..100
-            ax.errorbar(xs, mean, yerr=err, marker="o", capsize=3, label=f"{g['model']} (n={len(g['seeds'])})")
+            ax.errorbar(xs, mean, yerr=err, marker="o", capsize=3, label=f"{_label(g)} (n={len(g['seeds'])})")
         train = [n for n in get_task(task).lengths("train") if n is not None]
         lo, hi = min(train), max(train)
         ax.axvspan(lo / 1.04, hi * 1.04, color="0.85", zorder=0, label="training lengths")
@@ -221,12 +279,17 @@ def plot(groups: list[dict], path: Path) -> Path:
     return path
 
 
-def write_tables(evals: list[dict], out: Path) -> dict[str, Path]:
-    """table.md, table.json and accuracy_vs_length.png in `out` (an existing directory)."""
+def write_tables(evals: list[dict], out: Path, layouts=("auto",), models=None) -> dict[str, Path]:
+    """table.md, table.json and accuracy_vs_length.png in `out` (an existing directory); `layouts`
+    and `models` as markdown()."""
+    from rgpt_dist.algorithmic import paper_tables
+
     groups = aggregate(evals)
     out = Path(out)
-    (out / "table.md").write_text(markdown(groups))
-    (out / "table.json").write_text(dumps({"groups": groups, "sd": "sample SD, ddof = 1; null for one seed",
-                                           "unit": "percent"}, indent=1) + "\n")
+    md = markdown(groups, layouts, models)
+    paper = {x: paper_tables.build(x, groups, models) for x in _paper_layouts(groups, layouts, models)}
+    (out / "table.md").write_text(md)
+    (out / "table.json").write_text(dumps({"groups": groups, "layouts": paper, "unit": "percent",
+                                           "sd": "sample SD, ddof = 1; null for one seed"}, indent=1) + "\n")
     return {"md": out / "table.md", "json": out / "table.json",
             "plot": plot(groups, out / "accuracy_vs_length.png")}

@@ -44,6 +44,10 @@ class DataConfig(Section):
     (rgpt_dist.data.algorithmic); "" = the token shards of `paths` (which a task leaves unused, as
     it does the splits, shuffle, workers and eval.batches: validation is the task's whole validation
     set)."""
+    task_train_max: int = 0
+    """Train on the task's training lengths up to this one only (0 = its whole training grid, the
+    paper's); a CPU-scale reduction (`make rlt` trains parity on 3-10 bits). Validation and test keep
+    the task's grids. At least the grid's shortest training length; needs data.task."""
 
     def problems(self, path: str) -> list[str]:
         out = []
@@ -52,6 +56,12 @@ class DataConfig(Section):
             if self.task not in TASKS:
                 out.append(f"{path}.task={self.task!r} is not an algorithmic task: expected one of "
                            f"{', '.join(sorted(TASKS))}")
+            elif self.task_train_max:
+                from rgpt_dist.algorithmic import capped
+                out += capped.problems(TASKS[self.task], self.task_train_max, f"{path}.task_train_max")
+        elif self.task_train_max:
+            out.append(f"{path}.task_train_max={self.task_train_max!r} needs {path}.task (it caps a task's "
+                       f"training lengths)")
         elif not self.paths:
             out.append(f"{path}.paths is empty: give at least one rgpt-prep output (or {path}.task)")
         out += out_of_bounds(path, ">=", 1, num_canonical_nodes=self.num_canonical_nodes)

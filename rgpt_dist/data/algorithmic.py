@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from rgpt_dist.algorithmic import IGNORE_INDEX, get_task, make_batch, pad_examples
+from rgpt_dist.algorithmic.capped import capped
 
 MODEL_IGNORE = -1  # the targets the layer factories' cross-entropy ignores
 
@@ -39,14 +40,17 @@ class TaskLoader:
     """An endless stream of one data-parallel rank's training micro-batches of an algorithmic task."""
 
     def __init__(self, task: str, seq_len: int, micro_batch_size: int, global_batch_size: int,
-                 dp: int, dp_rank: int):
-        self.task = get_task(task)
+                 dp: int, dp_rank: int, train_max: int = 0):
+        self.task = capped(get_task(task), train_max)  # train_max: data.task_train_max (0: the whole grid)
         if global_batch_size % (micro_batch_size * dp):
             raise ValueError(f"train.global_batch_size={global_batch_size} is not a multiple of "
                              f"train.micro_batch_size={micro_batch_size} x {dp} data-parallel ranks")
         if not 0 <= dp_rank < dp:
             raise ValueError(f"data-parallel rank {dp_rank} is outside 0..{dp - 1}")
-        self.seq_len, self.micro_batch_size, self.global_batch_size = seq_len, micro_batch_size, global_batch_size
+        # a capped stream pads to its own longest example (causal models: the scored positions' outputs
+        # do not depend on padding after them, so only the compute changes)
+        self.seq_len = min(seq_len, self.task.max_tokens()) if train_max else seq_len
+        self.micro_batch_size, self.global_batch_size = micro_batch_size, global_batch_size
         self.dp, self.dp_rank = dp, dp_rank
         self.accum = global_batch_size // (micro_batch_size * dp)
         self.step, self.micro = 0, 0  # the next micro-batch to read
@@ -69,7 +73,8 @@ class TaskLoader:
             yield out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"task": self.task.name, "step": self.step, "micro": self.micro,
+        return {"task": self.task.name, "train_lengths": list(self.task.train_lengths), "step": self.step,
+                "micro": self.micro,
                 "global_batch_size": self.global_batch_size}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -79,6 +84,11 @@ class TaskLoader:
             got = state.get("task") if isinstance(state, dict) else None
             raise ValueError(f"the checkpoint's data position is not one of data.task={self.task.name!r} "
                              f"(it records task {got!r}): resume with the data it was trained on")
+        saved = state.get("train_lengths", list(get_task(self.task.name).train_lengths))  # older: the whole grid
+        if saved != list(self.task.train_lengths):
+            raise ValueError(f"the checkpoint trained on lengths {saved} of task {self.task.name!r}, "
+                             f"this run on {list(self.task.train_lengths)} (data.task_train_max): the example "
+                             f"stream would not continue")
         if state["global_batch_size"] != self.global_batch_size:
             raise ValueError(f"the checkpoint was trained with train.global_batch_size={state['global_batch_size']}, "
                              f"this run has {self.global_batch_size}: the example stream would not continue")

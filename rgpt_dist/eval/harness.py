@@ -120,6 +120,10 @@ def hf_model_args(hf_dir: str | Path, model_args_extra=None, remote_code: str = 
     if not (hf_dir / "config.json").is_file():
         raise HarnessError(f"{hf_dir} is not a Hugging Face model directory (no config.json); "
                            f"`rgpt-export RUN OUT` writes one to OUT/hf")
+    task = model_config(hf_dir).get("rgpt_task")  # rgpt_dist.export.tokenizer_files.write_task_tokenizer
+    if task:
+        raise HarnessError(f"{hf_dir} is a model of the algorithmic task {task!r} (its tokenizer reads that task's "
+                           f"symbols only): lm-eval's text tasks do not apply; evaluate its run with `rgpt-algo eval RUN`")
     extra = parse_model_args(model_args_extra)
     if "pretrained" in extra or "trust_remote_code" in extra:
         raise HarnessError("model_args_extra must not set `pretrained` (pass the directory as hf_dir) or "

@@ -1,7 +1,8 @@
 """A training checkpoint -> an export directory, written whole or not at all:
 
     OUT/native/   model.safetensors + config.json (rgpt-dist's own format, rgpt_dist.export.native)
-    OUT/hf/       a Hugging Face model directory with the GPT-2 tokenizer files:
+    OUT/hf/       a Hugging Face model directory with the GPT-2 tokenizer files (an algorithmic task's run:
+                  its task's tokenizer, rgpt_dist.export.tokenizer_files):
                   dense GPT-2 as a native GPT2LMHeadModel, RecurrentGPT as trust_remote_code
     OUT/export.json  where it came from (checkpoint, step, weights source, checksum record)
 
@@ -24,7 +25,7 @@ import torch
 from rgpt_dist.durable import swap_dir
 from rgpt_dist.export.consolidate import ExportError, consolidate
 from rgpt_dist.export.native import write_native
-from rgpt_dist.export.tokenizer_files import write_tokenizer
+from rgpt_dist.export.tokenizer_files import write_export_tokenizer
 from rgpt_dist.models.spec import spec_for
 from rgpt_dist.safe_paths import out_dir, refuse_overlap, remove_stale, seal, staging
 from rgpt_dist.train.checkpoint import TAG_PREFIX
@@ -56,7 +57,7 @@ def export(checkpoint: str | Path, out: str | Path, *, overwrite: bool = False, 
     with staging(out.parent, staging_prefix(out)) as tmp:
         write_native(c.state_dict, c.config.model, tmp / "native", DTYPES[dtype], meta)
         spec.write_hf(c.state_dict, c.config.model, tmp / "hf", dtype=DTYPES[dtype], **(inference or {}))
-        write_tokenizer(tmp / "hf", model_max_length=c.config.model.block_size)
+        write_export_tokenizer(tmp / "hf", c.config)  # the run's task's, or GPT-2's
         (tmp / "export.json").write_text(json.dumps({**meta, "dtype": dtype, "inference": inference or {}}, indent=2))
         seal(tmp)
         check_out(checkpoint, given, overwrite)  # again: OUT may have changed while the checkpoint was read

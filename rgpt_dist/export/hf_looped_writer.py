@@ -1,4 +1,5 @@
-"""A native prelude/core/coda state dict (RecurrentGPT, heavy-tail Poisson, RRT) -> a Hugging Face
+"""A native prelude/core/coda state dict (RecurrentGPT, heavy-tail Poisson, RRT, MoR, Ouro) or one of
+a family without a recurrence depth that declares this writer (RLT) -> a Hugging Face
 `trust_remote_code` directory that runs the trainer's own model modules:
 
     out_dir/config.json            RGPTConfig (the native model section + inference settings, auto_map)
@@ -10,6 +11,11 @@
 
 Load with `AutoModelForCausalLM.from_pretrained(out_dir, trust_remote_code=True[, r_eval=.., kv_strategy=..])`.
 Tokenizer files are written elsewhere.
+
+What the adapter asks of a native model: `forward(idx, r=, cache=, mask=, positions=)` returning
+`.logits`, `make_cache(strategy, r, store=)` (a KVCache), `embed.wte` and the tied `head.wte`. A
+family without a depth (its spec's `recurrent` False) takes r=None: its config then has none of
+n_pre, n_rec, n_coda, n_loops, r_eval stays None and num_hidden_layers is the spec's blocks per token.
 """
 from __future__ import annotations
 
@@ -19,24 +25,29 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from rgpt_dist.config.model import LoopedConfig
+from rgpt_dist.config.model import ModelConfig
 from rgpt_dist.export.shipping import ship
 from rgpt_dist.models.spec import spec_for
 
+WRITER = "rgpt_dist.export.hf_looped_writer:write_hf_looped"
+"""A family spec's `hf_writer` naming this writer: its exports ship code (rgpt_dist.export.remote_code)."""
 HF_CODE_DIR = Path(__file__).resolve().parent / "hf_looped"
 CODE_FILES = ("configuration_rgpt.py", "cache_rgpt.py", "modeling_rgpt.py")
 AUTO_MAP = {"AutoConfig": "configuration_rgpt.RGPTConfig", "AutoModelForCausalLM": "modeling_rgpt.RGPTForCausalLM"}
 
 
-def hf_config(cfg: LoopedConfig, *, r_eval: int | None = None, kv_strategy: str = "full",
+def hf_config(cfg: ModelConfig, *, r_eval: int | None = None, kv_strategy: str = "full",
               dtype: torch.dtype = torch.float32):
-    """The exported model's RGPTConfig (validates r_eval against the family's deepest depth, and kv_strategy)."""
+    """The exported model's RGPTConfig (validates r_eval against the family's deepest depth, or refuses
+    it for a family without a depth, and kv_strategy)."""
     from rgpt_dist.export.hf_looped.configuration_rgpt import RGPTConfig
 
-    fields = cfg.to_dict()
+    spec, fields = spec_for(cfg), cfg.to_dict()
+    # without a depth num_hidden_layers is not derived: the blocks one forward runs (RLT: n_enc + n_dec)
+    layers = {} if spec.recurrent else {"num_hidden_layers": int(spec.block_executions(cfg))}
     config = RGPTConfig(native_fields=list(fields), r_eval=r_eval, kv_strategy=kv_strategy,
-                        max_eval_depth=spec_for(cfg).max_eval_depth(cfg),
-                        kv_strategies=list(spec_for(cfg).kv_strategies), **fields)
+                        max_eval_depth=spec.max_eval_depth(cfg), kv_strategies=list(spec.kv_strategies),
+                        **layers, **fields)
     config.architectures = ["RGPTForCausalLM"]
     config.auto_map = dict(AUTO_MAP)
     config.dtype = dtype
@@ -56,14 +67,16 @@ def _check_state_dict(state_dict: dict[str, torch.Tensor], cfg: LoopedConfig) ->
                          f"missing {missing}, unexpected {unexpected}, wrong shapes {wrong}")
 
 
-def write_hf_looped(state_dict: dict[str, torch.Tensor], cfg: LoopedConfig, out_dir: Path, *,
+def write_hf_looped(state_dict: dict[str, torch.Tensor], cfg: ModelConfig, out_dir: Path, *,
                     r_eval: int | None = None, kv_strategy: str = "full", dtype: torch.dtype = torch.float32) -> Path:
     """Writes the HF directory for a native (tp = 1, consolidated) state dict; returns out_dir.
-    r_eval: default inference depth R* (None = R = cfg.n_loops); kv_strategy: full|first|last|average;
-    dtype: of the stored floating-point tensors."""
+    r_eval: default inference depth R* (None = R = cfg.n_loops; must be None without a depth);
+    kv_strategy: full|first|last|average (those the family offers); dtype: of the stored
+    floating-point tensors."""
     spec = spec_for(cfg)
-    if not spec.recurrent:
-        raise ValueError(f"write_hf_looped exports prelude/core/coda models, not {cfg.family!r}")
+    if spec.hf_writer != WRITER:
+        raise ValueError(f"write_hf_looped exports the families whose spec names it as hf_writer (prelude/core/coda "
+                         f"models, RLT), not {cfg.family!r} (its hf_writer: {spec.hf_writer or 'none'!r})")
     config = hf_config(cfg, r_eval=r_eval, kv_strategy=kv_strategy, dtype=dtype)
     _check_state_dict(state_dict, cfg)
     out_dir = Path(out_dir)

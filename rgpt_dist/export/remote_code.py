@@ -1,7 +1,7 @@
 """Whether to let `transformers` run the Python code an exported model directory ships, and whether the
 directory can be loaded at all without transformers reaching code or files outside it.
 
-A looped family's Hugging Face export carries its model code (`auto_map` in config.json), which
+A looped family's (or RLT's) Hugging Face export carries its model code (`auto_map` in config.json), which
 `trust_remote_code=True` imports and runs; a dense GPT-2 export needs none. An export can come from
 anyone, so the code is trusted by policy, never by default:
 
@@ -139,11 +139,11 @@ def _key_problems(hf_dir: Path, files: set[str], config: dict) -> list[str]:
 def foreign_code(hf_dir: Path, family: object) -> list[str]:
     """The .py files of hf_dir that are not exactly what this checkout writes for `family` (missing,
     extra or different; a link or anything but a regular file is never read); [] when the code is ours."""
-    from rgpt_dist.export.hf_looped_writer import write_code
+    from rgpt_dist.export.hf_looped_writer import WRITER, write_code
     from rgpt_dist.models.spec import families
 
-    if not isinstance(family, str) or family not in families() or not families()[family].recurrent:
-        return [f"config.json family {family!r} (no such looped family in this checkout)"]
+    if not isinstance(family, str) or family not in families() or families()[family].hf_writer != WRITER:
+        return [f"config.json family {family!r} (no such family with shipped code in this checkout)"]
     with tempfile.TemporaryDirectory() as tmp:
         write_code(family, Path(tmp))
         ours = {p.name: p.read_bytes() for p in Path(tmp).glob("*.py")}

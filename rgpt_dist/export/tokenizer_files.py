@@ -1,10 +1,13 @@
-"""GPT-2 tokenizer files for an export directory, built offline from the project's verified
-`gpt2.tiktoken` (rgpt_dist.data.tokenizer) by transformers' tiktoken converter, so that
-`AutoTokenizer.from_pretrained(export_dir)` works without network access."""
+"""Tokenizer files for an export directory, so that `AutoTokenizer.from_pretrained(export_dir)`
+works without network access: GPT-2's, built offline from the project's verified `gpt2.tiktoken`
+(rgpt_dist.data.tokenizer) by transformers' tiktoken converter, or, for a run of an algorithmic task
+(`data.task`), that task's vocabulary (`write_task_tokenizer`)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from typing import Any, Sequence
 
 from rgpt_dist.data.tokenizer import EOT_TOKEN, VocabularyUnavailable, find_vocab, get_encoding
 
@@ -31,3 +34,42 @@ def write_tokenizer(out_dir: Path, model_max_length: int) -> None:
     cfg = json.loads(cfg_path.read_text())
     cfg["tokenizer_class"] = "GPT2TokenizerFast"
     cfg_path.write_text(json.dumps(cfg, indent=2))
+
+
+def write_export_tokenizer(out_dir: Path, config: Any) -> None:
+    """The tokenizer an export of a run with this config (rgpt_dist.config.Config) ships: its
+    algorithmic task's when data.task is set, else GPT-2's."""
+    task = getattr(config.data, "task", "")
+    if task:
+        from rgpt_dist.algorithmic import get_task
+
+        write_task_tokenizer(out_dir, get_task(task).vocab, model_max_length=config.model.block_size, task=task)
+    else:
+        write_tokenizer(out_dir, model_max_length=config.model.block_size)
+
+
+def write_task_tokenizer(out_dir: Path, vocab: Sequence[str], model_max_length: int, task: str = "") -> None:
+    """An algorithmic task's tokenizer (rgpt_dist.algorithmic: id = index in `vocab`, whose first three
+    are <pad>, <bos>, <eos>): a text is the concatenation of its tokens' symbols (as docs/algorithmic.md
+    writes sequences), split longest symbol first, and decodes back to it; a text holding anything else
+    is refused by the tokenizer (no unknown token). The special ids go into config.json (and
+    generation_config.json where written): bos 1, eos 2, pad 0, in place of GPT-2's; config.json also
+    names the task (`rgpt_task`: rgpt-eval lm-eval refuses such a model, its text tasks do not apply)."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    pad, bos, eos = vocab[:3]
+    backend = Tokenizer(models.WordLevel(vocab={t: i for i, t in enumerate(vocab)}, unk_token=None))
+    symbols = sorted(vocab[3:], key=len, reverse=True)  # longest first: S5's 5-digit symbols
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("|".join(re.escape(t) for t in symbols)), behavior="isolated")
+    backend.decoder = decoders.Fuse()                   # concatenation, no spaces added
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in (pad, bos, eos)])
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token=bos, eos_token=eos, pad_token=pad,
+                                  model_max_length=model_max_length, clean_up_tokenization_spaces=False)
+    tok.save_pretrained(out_dir)
+    for name in ("config.json", "generation_config.json"):
+        path = Path(out_dir) / name
+        if path.exists():
+            record = json.loads(path.read_text())
+            record.update(bos_token_id=1, eos_token_id=2, pad_token_id=0, **({"rgpt_task": task} if task else {}))
+            path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")

@@ -35,7 +35,8 @@ def _loaders(cfg: Config, dims: ParallelDims):
     if d.task:
         from rgpt_dist.data.algorithmic import TaskLoader, validation_batches
 
-        train = TaskLoader(d.task, t.seq_len, t.micro_batch_size, t.global_batch_size, dims.dp, dims.dp_rank)
+        train = TaskLoader(d.task, t.seq_len, t.micro_batch_size, t.global_batch_size, dims.dp, dims.dp_rank,
+                           d.task_train_max)
         val = validation_batches(d.task, t.seq_len, t.micro_batch_size, dims.dp, dims.dp_rank) \
             if cfg.eval.every_steps else []
         return train, val

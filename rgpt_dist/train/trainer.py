@@ -121,7 +121,7 @@ class Trainer:
         now = self.cfg.to_dict()
         keys = [("model", k) for k in now["model"]] + [("train", "seed"), ("parallel", "tp_size"),
                                                         ("parallel", "zero_stage"), ("parallel", "dtype"),
-                                                        ("data", "task")]
+                                                        ("data", "task"), ("data", "task_train_max")]
         # a field the checkpoint does not record is newer than it: it ran with the field's default
         then = {(a, b): saved.get(a, {}).get(b, _field_default(getattr(self.cfg, a), b)) for a, b in keys}
         diffs = [f"{a}.{b}: checkpoint {then[a, b]!r}, config {now[a][b]!r}"

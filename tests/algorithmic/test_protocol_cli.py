@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from rgpt_dist.algorithmic.cli import main
-from rgpt_dist.algorithmic.evaluate import SelectionError, select_checkpoint, select_from_records
+from rgpt_dist.algorithmic.evaluate import SelectionError, select_checkpoint, select_from_records, select_last
 
 SEEDS = (42, 43, 44)
 LIMIT = 24
@@ -69,6 +69,26 @@ def test_select_checkpoint_reads_best_json_else_metrics(tmp_path):
         select_checkpoint(run)
 
 
+def test_select_last_takes_max_steps_only(tmp_path, capsys):
+    """--checkpoint last: the checkpoint at train.max_steps whatever the losses, its validation loss
+    the last record at that step; a run short of it (or without max_steps) is refused naming it."""
+    run = _run_dir(tmp_path, records=[{"step": 4, "val_loss": 0.1}, {"step": 6, "val_loss": 0.9},
+                                      {"step": 6, "val_loss": 0.8}])
+    config = {"data": {"task": "parity"}, "train": {"seed": 1, "max_steps": 6}}
+    _tag(run / "checkpoints", 4)
+    with pytest.raises(SelectionError, match=r"step_00000006 \(train.max_steps=6\) is missing or incomplete"):
+        select_last(run, config)
+    _tag(run / "checkpoints", 6)
+    chosen = select_last(run, config)
+    assert (chosen.tag_dir.name, chosen.step, chosen.val_loss, chosen.source) == ("step_00000006", 6, 0.8,
+                                                                                   "train.max_steps")
+    assert select_checkpoint(run, config).step == 4                         # best: the minimum loss
+    with pytest.raises(SelectionError, match="no positive train.max_steps"):
+        select_last(run, {"train": {"seed": 1}})
+    _refused(capsys, ["eval", str(run), "--checkpoint", "last"], "no positive train.max_steps")
+    _refused(capsys, ["eval", str(run), "--checkpoint", "first"], "invalid choice: 'first'")
+
+
 def _refused(capsys, argv, *needles):
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -116,7 +136,8 @@ def test_eval_and_table_refusals_exit_2(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def protocol(tmp_path_factory):
     """Three seeds of a 1-layer width-16 model, 6 steps of 8 parity examples, validation and
-    checkpoints every 2 steps; each evaluated at lengths 32 and 40 on LIMIT examples; the table."""
+    checkpoints every 2 steps; each evaluated at lengths 32 and 40 on LIMIT examples, the last seed's
+    last checkpoint at 40 too; the table."""
     root = tmp_path_factory.mktemp("algo")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OMP_NUM_THREADS", "1")     # rgpt-algo's default for one process is the paper's 4 threads
@@ -126,6 +147,8 @@ def protocol(tmp_path_factory):
             assert main(["train", "parity", "--model", "rlt-transformer-debug", "--seed", str(seed), "--out",
                          str(run), *TINY]) == 0
             assert main(["eval", str(run), "--lengths", "32,40", "--limit", str(LIMIT)]) == 0
+        # the fixed last step (train.max_steps = 6), one seed: RUN/eval-last
+        assert main(["eval", str(run), "--lengths", "40", "--limit", str(LIMIT), "--checkpoint", "last"]) == 0
     assert main(["table", str(root), "--out", str(root / "table")]) == 0
     return root
 
@@ -142,6 +165,10 @@ def test_the_selected_checkpoint_is_the_minimum_validation_loss(protocol):
         assert result["seed"] == seed and result["model"] == "rlt-transformer-debug" and result["limit"] == LIMIT
         assert set(result["test"]) == {"32", "40"}
         assert result["test"]["32"]["final_total"] == LIMIT and result["validation"]["pooled"]["final_total"] == 3 * LIMIT
+        assert result["checkpoint_choice"] == "best" and (run / "eval-last").exists() == (seed == SEEDS[-1])
+    last = json.loads((run / "eval-last" / "eval.json").read_text())         # --checkpoint last: step 6
+    assert (last["step"], last["checkpoint"], last["checkpoint_choice"]) == (6, "step_00000006", "last")
+    assert last["val_loss"] == dict((s, v) for v, s in evals)[6] and set(last["test"]) == {"40"}
 
 
 def test_eval_scores_equal_an_independent_recount(protocol):
@@ -172,7 +199,8 @@ def test_eval_scores_equal_an_independent_recount(protocol):
 
 def test_the_three_seed_table(protocol):
     data = json.loads((protocol / "table" / "table.json").read_text())
-    (group,) = data["groups"]
+    group, last = data["groups"]                                           # best, then last checkpoints
+    assert (group["checkpoint"], last["checkpoint"], last["seeds"]) == ("best", "last", [SEEDS[-1]])
     assert group["seeds"] == list(SEEDS) and group["lengths"] == [32, 40]
     values = [100 * json.loads((protocol / f"parity-s{s}" / "eval" / "eval.json").read_text())["test"]["40"]["final"]
               for s in SEEDS]

@@ -64,7 +64,8 @@ def test_state_dict_resumes_the_stream_exactly():
     for _ in range(4 * 2):  # two optimizer steps of 2 micro-batches
         next(it)
     state = first.state_dict()
-    assert state == {"task": "mod5_flat", "step": 4, "micro": 0, "global_batch_size": G}
+    assert state == {"task": "mod5_flat", "train_lengths": list(range(3, 40, 2)), "step": 4, "micro": 0,
+                     "global_batch_size": G}
     later = [next(it) for _ in range(3)]
     resumed = TaskLoader("mod5_flat", SEQ, MB, G, 2, 1)
     resumed.load_state_dict(state)
@@ -80,6 +81,36 @@ def test_state_dict_resumes_the_stream_exactly():
 def test_a_foreign_loader_state_is_refused(state, message):
     with pytest.raises(ValueError, match=message):
         TaskLoader("mod5_flat", SEQ, MB, G, 1, 0).load_state_dict(state)
+
+
+def test_a_capped_stream_is_the_grid_cut_at_the_cap_padded_to_its_longest():
+    """data.task_train_max=10: every training length in 3..10, each one drawn, the lengths drawn as
+    uniform over the cut grid by the generator's own rule (checked against a copy with the grid set
+    by hand), padding to 11 tokens; cap 0 and a cap at the grid's end are the uncapped stream."""
+    loader = TaskLoader("parity", 41, 64, 64, 1, 0, train_max=10)
+    x, y = loader.batch(0, 0)
+    assert x.shape == (64, 11) and loader.seq_len == 11
+    task = get_task("parity")
+    hand = type(task)()
+    hand.train_lengths = tuple(range(3, 11))
+    ex, ey = expected(hand, "train", [(None, i) for i in range(64)], 11)
+    assert torch.equal(x, ex) and torch.equal(y, ey)
+    lengths = {len(hand.example("train", i).tokens) - 1 for i in range(64)}
+    assert lengths == set(range(3, 11))
+    assert get_task("parity").train_lengths == tuple(range(3, 41))        # the registered task is untouched
+    for cap in (0, 40, 99):
+        same = TaskLoader("parity", 41, 4, 4, 1, 0, train_max=cap)
+        assert torch.equal(same.batch(3, 0)[0], TaskLoader("parity", 41, 4, 4, 1, 0).batch(3, 0)[0])
+
+
+def test_a_stream_with_another_cap_is_not_resumed():
+    state = TaskLoader("parity", 41, MB, G, 1, 0, train_max=10).state_dict()
+    with pytest.raises(ValueError, match=r"trained on lengths \[3, 4, .*data.task_train_max"):
+        TaskLoader("parity", 41, MB, G, 1, 0).load_state_dict(state)
+    old = {"task": "parity", "step": 1, "micro": 0, "global_batch_size": G}   # written before the cap existed
+    TaskLoader("parity", 41, MB, G, 1, 0).load_state_dict(old)
+    with pytest.raises(ValueError, match="data.task_train_max"):
+        TaskLoader("parity", 41, MB, G, 1, 0, train_max=10).load_state_dict(old)
 
 
 def test_validation_is_the_whole_set_split_evenly_over_ranks():

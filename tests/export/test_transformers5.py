@@ -5,7 +5,8 @@ is installed once with `pip install --no-deps --target` into .venv/transformers5
 take a newer release); a subprocess with it first on PYTHONPATH loads an export of every family, written
 here under 4.57 as rgpt-export writes it: its logits and loss equal the native model's, greedy generate()
 with the cache equals generate() without it (looped families: the exact `full` KV strategy), and beam
-search and greedy decoding give 4.57's tokens. Without PyPI the tests fail, naming pip's error, unless
+search and greedy decoding give 4.57's tokens. RLT (RLT-2, B = 2: the 9-token prompt ends mid-chunk),
+exported by the same writer, has no depth: no `.r1` / `.deep` loads. Without PyPI the tests fail, naming pip's error, unless
 RGPT_OFFLINE=1 declares the machine offline (then they skip)."""
 import fcntl
 import json
@@ -42,8 +43,14 @@ FAMILIES = {
     "relaxed": spec_for("relaxed").config(**LOOPED, lora_rank=4, lora_alpha=4.0),
     "ouro": spec_for("ouro").config(**LOOPED),
     "mor": spec_for("mor").config(**LOOPED, router_alpha=1.0),
+    # muP off (the debug flavour's m = 1/16 multiplies the logits, and their rounding, by 16)
+    "rlt": spec_for("rlt").config(**{**spec_for("rlt").flavours["rlt2-debug"], "vocab_size": 300,
+                                     "pad_vocab_multiple": 128, "block_size": 64, "d_model": 48, "d_ff": 128,
+                                     "mup_base_width": 0}),
 }
-LOOPED_FAMILIES = [f for f in FAMILIES if f != "gpt2"]
+DEPTHLESS = ["rlt"]  # exported with remote code, without a recurrence depth
+LOOPED_FAMILIES = [f for f in FAMILIES if f not in ("gpt2", *DEPTHLESS)]
+REMOTE = LOOPED_FAMILIES + DEPTHLESS
 # the dense family's other stock export: the RLT baseline's block as Qwen3 (rgpt_dist.export.hf_llama), muP on
 BLOCKS = {"gpt2-rlt": spec_for("gpt2").config(vocab_size=300, block_size=64, d_model=48, n_head=4, n_layer=2, bias=False,
                                               norm="rmsnorm", mlp="swiglu", d_ff=64, qk_norm=True, pos_encoding="rope",
@@ -119,7 +126,7 @@ def perturbed(cfg):
     core's change, in between), in eval mode."""
     model = build_model(cfg, seed=0).eval()
     g = torch.Generator().manual_seed(1)
-    scale = {"gpt2": 0.3, "ouro": 0.4, "mor": 0.2}.get(cfg.family, 0.1)
+    scale = {"gpt2": 0.3, "ouro": 0.4, "mor": 0.2, "rlt": 0.3}.get(cfg.family, 0.1)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn(p.shape, generator=g) * scale)
@@ -194,6 +201,8 @@ def under_v5(exports, tmp_path_factory):
         models[f"{family}.r1"] = {"path": path, "kwargs": {**remote, "r_eval": 1}, "generate": False}
         models[f"{family}.deep"] = {"path": path, "kwargs": {**remote, "r_eval": deepest(family), "kv_strategy": "full"},
                                     "generate": False}
+    for family in DEPTHLESS:
+        models[family] = {"path": str(exports[family][0]), "kwargs": {"trust_remote_code": True}, "generate": True}
     job = {"ids": prompt().tolist(), "n_new": N_NEW, "models": models}
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env.update(PYTHONPATH=str(TARGET), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME=str(cwd / "hf_home"),
@@ -249,20 +258,21 @@ def test_the_subprocess_ran_transformers_5(under_v5):
     assert info["file"].startswith(str(TARGET)), info["file"]
     assert (info["gpt2"]["class"], info["gpt2"]["config"]) == ("GPT2LMHeadModel", "GPT2Config")
     assert (info["gpt2-rlt"]["class"], info["gpt2-rlt"]["config"]) == ("Qwen3ForCausalLM", "Qwen3Config")
-    assert all(info[f]["class"] == "RGPTForCausalLM" for f in LOOPED_FAMILIES)
+    assert all(info[f]["class"] == "RGPTForCausalLM" for f in REMOTE)
     assert all(v["tied"] for k, v in info.items() if k.split(".")[0] in MODELS)
     # the remote code uses 5.x's names: no fallback for `cache_position` or `past_key_values` was taken
     assert "cache_position" not in info["stderr"]
     assert "past_key_values`/`cache_params` are deprecated" not in info["stderr"]
 
 
-@pytest.mark.parametrize("name", list(STOCK) + [f"{f}{d}" for f in LOOPED_FAMILIES for d in ("", ".r1", ".deep")])
+@pytest.mark.parametrize("name", list(STOCK) + [f"{f}{d}" for f in LOOPED_FAMILIES for d in ("", ".r1", ".deep")]
+                         + DEPTHLESS)
 def test_logits_and_loss_equal_the_native_model(under_v5, exports, name):
     out, _ = under_v5
     family, _, depth = name.partition(".")
     _, model = exports[family]
     cfg = MODELS[family]
-    kw = {} if family in STOCK else {"r": {"": cfg.n_loops, "r1": 1, "deep": deepest(family)}[depth]}
+    kw = {} if family in STOCK + tuple(DEPTHLESS) else {"r": {"": cfg.n_loops, "r1": 1, "deep": deepest(family)}[depth]}
     ids = prompt()
     with torch.no_grad():
         logits = model(ids, **kw).logits[..., :cfg.vocab_size]

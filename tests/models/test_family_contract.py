@@ -143,12 +143,14 @@ def test_hugging_face_export_round_trip(family, tmp_path):
         return
     from transformers import AutoModelForCausalLM
 
+    from rgpt_dist.export.remote_code import trust_remote_code
     from tests.helpers.hf import isolated_hf
 
     spec.write_hf(model.state_dict(), cfg, out, dtype=torch.float32)
     idx, _ = batch(cfg, B=2, T=8)
     with isolated_hf(tmp_path / "home"):
-        hf = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=spec.recurrent).eval()
+        # remote code as rgpt-eval's default policy decides: only this checkout's own shipped code
+        hf = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=trust_remote_code(out)).eval()
         with torch.no_grad():
             logits = hf(idx).logits
             seq = hf.generate(idx, attention_mask=torch.ones_like(idx), max_new_tokens=8, min_new_tokens=8,

@@ -60,6 +60,14 @@ def test_sbatch_test_only_accepts_the_ablation_array(cluster):
     assert done.returncode == 0 and "to start at" in done.stderr, done.stderr
 
 
+def test_sbatch_test_only_accepts_the_algorithmic_array(cluster):
+    """The RLT paper's grid (298 array tasks, CPUs only) and a study subset as `submit` computes it."""
+    for extra in ([], ["--array=0-107,288-297"]):
+        done = cluster.run("sbatch", "--test-only", *extra, str(ROOT / "slurm" / "algorithmic.sh"), cwd=ROOT,
+                           check=False)
+        assert done.returncode == 0 and "to start at" in done.stderr, done.stderr
+
+
 def test_small_isoflops_array_completes_with_checkpoints_and_metrics(cluster, dataset, tmp_path):
     job = submit(cluster, ROOT / "slurm" / "small_isoflops.sh", tmp_path,
                  [*CPU, "train.max_steps=4", "checkpoint.every_steps=2", "eval.every_steps=4", "eval.batches=2",

@@ -1,4 +1,5 @@
-"""An exported prelude/core/coda model for Hugging Face `transformers` (`trust_remote_code=True`).
+"""An exported prelude/core/coda model (or a model without a recurrence depth that ships its code:
+RLT) for Hugging Face `transformers` (`trust_remote_code=True`).
 
 A thin adapter: `RGPTForCausalLM.model` is the native model (`NativeModel`, bound by the import
 rgpt-export appends to this file; its modules are the ones rgpt_dist trains, shipped verbatim but for
@@ -6,8 +7,12 @@ their imports), so the export computes exactly what the trainer does. Parameter 
 head multiplies by the token embedding (`model.embed.wte`), tied by construction.
 
 What the adapter adds: transformers' conventions (labels shifted inside, -100 ignored; logits over
-the real vocabulary; attention_mask with left padding, positions then counting real tokens;
-logits_to_keep), the recurrence depth per call (`num_steps`, default config.r_eval), and the cache.
+the real vocabulary, token ids outside it refused; attention_mask with left padding, positions then
+counting real tokens; logits_to_keep), the recurrence depth per call (`num_steps`, default
+config.r_eval; None and refused for a model without a depth), and the cache. position_ids equal to the positions the cache implies
+(past + 0..T-1 in every row, what generate() passes for an unpadded batch) are not passed on: they
+say nothing the native model does not know, and a model that takes no positions (RLT, unpadded
+batches only) then runs.
 
 generate(): the model opts out of the DynamicCache GenerationMixin would otherwise create
 (`_supports_default_dynamic_cache` -> False, as models with their own cache do) and builds its
@@ -34,7 +39,7 @@ from transformers.cache_utils import Cache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .cache_rgpt import RGPTCache
-from .configuration_rgpt import RGPTConfig, check_r_eval
+from .configuration_rgpt import RGPTConfig
 from .layers import padding_mask
 
 NativeModel = None  # the family's model class: rebound by the import rgpt-export appends at the end
@@ -99,6 +104,9 @@ class RGPTForCausalLM(RGPTPreTrainedModel, GenerationMixin):
             mask, positions = padding_mask(attention_mask.to(self.device), t)
         if position_ids is not None:
             positions = position_ids.to(self.device)
+            default = torch.arange(past, past + t, device=positions.device)
+            if mask is None and positions.shape[-1] == t and bool((positions == default).all()):
+                positions = None  # the default positions (module docstring)
         # (only learned positions end at block_size; rope / alibi read no positions from here)
         if positions is not None and getattr(self.config, "pos_encoding", "learned") == "learned" \
                 and int(positions.max()) >= self.config.block_size:
@@ -136,7 +144,12 @@ class RGPTForCausalLM(RGPTPreTrainedModel, GenerationMixin):
             raise ValueError("pass input_ids (inputs_embeds is not supported: the native model embeds its tokens)")
         if output_hidden_states:
             raise ValueError("output_hidden_states is not supported by this export")
-        r = self.config.r_eval if num_steps is None else check_r_eval(num_steps, self.config.max_eval_depth)
+        if input_ids.numel() and not 0 <= int(input_ids.min()) <= int(input_ids.max()) < self.config.vocab_size:
+            bad = int(input_ids.max()) if int(input_ids.max()) >= self.config.vocab_size else int(input_ids.min())
+            raise ValueError(f"input_ids hold token {bad}, outside this model's vocabulary of {self.config.vocab_size} "
+                             f"tokens (0..{self.config.vocab_size - 1}): the tokenizer does not fit the model (an "
+                             f"algorithmic task's model reads its task's ids, not GPT-2 text)")
+        r = self.config.depth(num_steps)
         use_cache = self.config.use_cache if use_cache is None else use_cache
         return_dict = self.config.return_dict if return_dict is None else return_dict
         cache = self._resolve_cache(past_key_values, use_cache, r)

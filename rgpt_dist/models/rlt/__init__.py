@@ -24,8 +24,10 @@ and a third norm; a memory group W_K, W_V (2 d^2), its input norm and key norm; 
 exactly (tests/models/rlt).
 
 Declared unsupported (`refusals`, each quoted by its refusal): tensor parallelism (config
-validation, before any process group), the Hugging Face export (rgpt-export writes nothing), and by config
-validation parallel.compile=model and parallel.zero_stage=3 (`run_problems`). Imports no torch.
+validation, before any process group), and by config
+validation parallel.compile=model (`run_problems`; ZeRO 0-3 all run). rgpt-export writes
+the native export and the Hugging Face one of the looped families (rgpt_dist.export.hf_looped_writer:
+this package's model.py and cache.py shipped as remote code, no recurrence depth). Imports no torch.
 """
 from __future__ import annotations
 
@@ -50,6 +52,11 @@ def _tiny(feedback_interval: int) -> dict:
 SIXTEEN = {f"rlt1-{e}+{16 - e}": _split(e, 16 - e) for e in range(8, 17)}
 """Table 7's sixteen-layer RLT-1 splits, 8 + 8 ... 16 + 0."""
 
+VARIANTS = {f"rlt{v}-{e}+{8 - e}": {**_split(e, 8 - e), "feedback_interval": b} for v, b in ((0, 0), (2, 4))
+            for e in range(5, 9)}
+"""J.9's feedback variants at the other eight-layer splits: RLT-0 and RLT-2 (B = 4) at 5 + 3 ... 8 + 0
+(4 + 4 is in FLAVOURS). RLT-0 has 787,968 fewer parameters than RLT-1 at each split, RLT-2 the same."""
+
 
 def _attention_keys(cfg: Any, seq_len: int) -> float:
     """Keys read per decoder layer, summed over positions t = 1..S: min(W, t) in the window, t in
@@ -70,29 +77,26 @@ class RLTSpec(FamilySpec):
     title = "RLT"
     config = RLTConfig
     model = "rgpt_dist.models.rlt.model:RLT"
-    flavours = {**FLAVOURS, **SIXTEEN, "rlt1-debug": _tiny(1), "rlt2-debug": _tiny(2), "rlt0-debug": _tiny(0)}
+    flavours = {**FLAVOURS, **SIXTEEN, **VARIANTS, "rlt1-debug": _tiny(1), "rlt2-debug": _tiny(2),
+                "rlt0-debug": _tiny(0)}
     dense_reference = {**{name: "rlt-transformer-8" for name in FLAVOURS if name != "rlt-debug"},
-                       **{name: "rlt-transformer-16" for name in SIXTEEN}, "rlt-debug": "rlt-transformer-debug"}
+                       **{name: "rlt-transformer-16" for name in SIXTEEN},
+                       **{name: "rlt-transformer-8" for name in VARIANTS}, "rlt-debug": "rlt-transformer-debug"}
     kv_strategies = ("full",)
+    hf_writer = "rgpt_dist.export.hf_looped_writer:write_hf_looped"  # ships model.py, cache.py (remote code)
     supports_tp = False
     refusals = {
         "supports_tp": "no tp = 2 run of RLT has been compared with tp = 1 yet (its layers declare their splits; "
                        "the per-position decoder would all-reduce 3 x n_dec times per chunk)",
-        "hf_writer": "no transformers modelling code for RLT exists yet (encoder, merge, window decoder and carry "
-                     "as remote code); rgpt-eval and rgpt-algo read the training checkpoint directly",
     }
 
     def run_problems(self, cfg: Any) -> list[str]:
         """Tensor parallelism (declared); parallel.compile=model: one graph would unroll the
         per-chunk decoder loop (S / B chunks x n_dec layers; `blocks` compiles the encoder Blocks and
-        the head and leaves the loop eager); ZeRO-3: the merge reads W_g's two halves by slicing
-        `merge.gate.weight` outside that Linear's forward, which ZeRO-3's per-module gathering does
-        not see (measured at width 256: backward fails on the partitioned, empty weight)."""
+        the head and leaves the loop eager). ZeRO-3 runs: every parameter is read inside its own
+        module's forward (W_g as the merge's two Linears, rgpt_dist.models.rlt.model), where ZeRO-3's
+        per-module hooks gather it."""
         out = super().run_problems(cfg)
-        if cfg.parallel.zero_stage == 3:
-            out.append("parallel.zero_stage=3 is not supported by model family 'rlt': its merge slices "
-                       "merge.gate.weight (W_g) outside the Linear's forward, so ZeRO-3 never gathers that "
-                       "partitioned weight; use parallel.zero_stage 0, 1 or 2")
         if cfg.parallel.compile == "model":
             out.append("parallel.compile=model is not supported by model family 'rlt': the whole forward would "
                        "unroll its per-chunk decoder loop (seq_len / B chunks x n_dec layers) into one graph; "

@@ -30,6 +30,9 @@ and lr / m.
 Plain PyTorch; every linear layer comes from the LayerFactory (tensor parallelism is declared
 unsupported by the family spec for now; the layers already say how they would split: heads local,
 the merge replicated). Activation checkpointing recomputes the encoder blocks (`checkpoint_units`).
+ZeRO-3 gathers a module's parameters in that module's own hooks, so every parameter is read inside
+the forward of the module that owns it: W_g = [W_ge | W_gs] is two Linears (Merge), the QK-norm
+gains are HeadNorms, s* is read in Merge.forward (the tied head's embedding: the shared LMHead).
 """
 from __future__ import annotations
 
@@ -58,15 +61,35 @@ def _attention_scale(cfg: RLTConfig) -> float | None:
     return None if m is None or m == 1 else math.sqrt(cfg.head_dim / m) / cfg.head_dim
 
 
-def _head_norm(x: torch.Tensor, norm: nn.RMSNorm | None, shared) -> torch.Tensor:
-    """QK-norm: RMSNorm of each head's vector over head_dim (x (B, H, N, hd)); identity without it."""
-    return x if norm is None else F.rms_norm(x, (x.shape[-1],), shared(norm.weight), norm.eps)
+class HeadNorm(nn.RMSNorm):
+    """QK-norm: RMSNorm of each head's vector over head_dim, one gain for every head. The gain is read
+    inside this module's forward, where ZeRO-3's per-module hooks gather it, and passes through
+    `shared` (the factory's: under tensor parallelism its gradient is summed over the ranks' heads)."""
+
+    def __init__(self, cfg: RLTConfig, shared: Callable[[torch.Tensor], torch.Tensor]):
+        super().__init__(cfg.head_dim, eps=cfg.ln_eps)
+        self.shared = shared
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, H, N, hd) -> (B, H, N, hd)."""
+        return F.rms_norm(x, self.normalized_shape, self.shared(self.weight), self.eps)
+
+
+def _head_norm(x: torch.Tensor, norm: HeadNorm | None) -> torch.Tensor:
+    """QK-norm if the layer has it (cfg.qk_norm), else x."""
+    return x if norm is None else norm(x)
 
 
 class WindowSelfAttention(CausalSelfAttention):
     """The decoder's causal sliding-window self-attention (eq. 2.12-2.14): the shared attention's
     parameters (fused per-head qkv, QK-norm, RoPE, muP scale, output projection) with the projection
-    and the attention exposed apart, so the layer can attend over its window cache + the chunk."""
+    and the attention exposed apart, so the layer can attend over its window cache + the chunk. Its
+    QK-norm gains are HeadNorms (the same parameters, read inside their own forward)."""
+
+    def __init__(self, cfg: RLTConfig, factory: LayerFactory, out_std: float):
+        super().__init__(cfg, factory, out_std)
+        if self.q_norm is not None:  # ones, as nn.RMSNorm's: no random draw; same names and order
+            self.q_norm, self.k_norm = HeadNorm(cfg, factory.shared), HeadNorm(cfg, factory.shared)
 
     def heads(self, x: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x (B, C, d), normed, at positions pos (C,) -> q, k, v, each (B, H_local, C, hd)."""
@@ -74,7 +97,7 @@ class WindowSelfAttention(CausalSelfAttention):
         qkv = self.qkv(x).view(B, C, -1, 3, self.head_dim)            # (B, C, H_local, 3, hd)
         q, k, v = qkv.permute(3, 0, 2, 1, 4).unbind(0)                 # each (B, H_local, C, hd)
         if self.q_norm is not None:
-            q, k = _head_norm(q, self.q_norm, self.shared), _head_norm(k, self.k_norm, self.shared)
+            q, k = _head_norm(q, self.q_norm), _head_norm(k, self.k_norm)
         if self.rope_base is not None:
             q, k = rope_rotate(q, pos, self.rope_base), rope_rotate(k, pos, self.rope_base)
         return q, k, v
@@ -100,8 +123,7 @@ class CrossAttention(nn.Module):
         self.q = factory.linear(d, d, bias=cfg.bias, parallel="column", init_std=mup_hidden_std(cfg, cfg.init_std))
         self.proj = factory.linear(d, d, bias=cfg.bias, parallel="row", init_std=mup_hidden_std(cfg, out_std))
         mark_hidden(self, cfg)
-        self.q_norm = nn.RMSNorm(cfg.head_dim, eps=cfg.ln_eps) if cfg.qk_norm else None
-        self.shared = factory.shared
+        self.q_norm = HeadNorm(cfg, factory.shared) if cfg.qk_norm else None
         self.rope_base = rope_base(cfg) if pos_encoding(cfg) == "rope" else None
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, mem: KV, mask: torch.Tensor | None) -> torch.Tensor:
@@ -109,7 +131,7 @@ class CrossAttention(nn.Module):
         0..N-1; mask (C, N) or None (every key visible) -> (B, C, d)."""
         B, C, _ = x.shape
         q = self.q(x).view(B, C, -1, self.head_dim).transpose(1, 2)   # (B, H_local, C, hd)
-        q = _head_norm(q, self.q_norm, self.shared)
+        q = _head_norm(q, self.q_norm)
         if self.rope_base is not None:
             q = rope_rotate(q, pos, self.rope_base)
         y = F.scaled_dot_product_attention(q, mem[0], mem[1], attn_mask=mask, scale=self.scale)  # (B, H_local, C, hd)
@@ -128,8 +150,7 @@ class Memory(nn.Module):
         self.kv = factory.linear(cfg.d_model, 2 * cfg.d_model, bias=cfg.bias, parallel="column",
                                  init_std=mup_hidden_std(cfg, cfg.init_std))
         mark_hidden(self, cfg)
-        self.k_norm = nn.RMSNorm(cfg.head_dim, eps=cfg.ln_eps) if cfg.qk_norm else None
-        self.shared = factory.shared
+        self.k_norm = HeadNorm(cfg, factory.shared) if cfg.qk_norm else None
         self.rope_base = rope_base(cfg) if pos_encoding(cfg) == "rope" else None
 
     def forward(self, e: torch.Tensor, pos: torch.Tensor) -> KV:
@@ -137,39 +158,61 @@ class Memory(nn.Module):
         B, T, _ = e.shape
         kv = self.kv(self.norm(e)).view(B, T, -1, 2, self.head_dim)  # (B, T, H_local, 2, hd)
         k, v = kv.permute(3, 0, 2, 1, 4).unbind(0)                     # each (B, H_local, T, hd)
-        k = _head_norm(k, self.k_norm, self.shared)
+        k = _head_norm(k, self.k_norm)
         return (k if self.rope_base is None else rope_rotate(k, pos, self.rope_base)), v
 
 
 class Merge(nn.Module):
     """The gated merge (eq. 2.9-2.11; RLT-2: 2.17-2.18) and the learned initial state s*:
-    u_t = e_t + alpha sigmoid(W_g [e_t; r] + b_g) * W_s r, r = RMSNorm_s(s). W_g (d x 2d, with b_g)
-    is applied as its e-half over all positions at once plus its r-half once per chunk. Replicated
-    under tensor parallelism (parallel='none')."""
+    u_t = e_t + alpha sigmoid(W_g [e_t; r] + b_g) * W_s r, r = RMSNorm_s(s), with W_g = [W_ge | W_gs]
+    (d x 2d) held as two Linears: `gate_e` (W_ge, b_g) runs over all positions at once (RLT.decode),
+    `gate_s` (W_gs) on r once per chunk. Every parameter is read inside its own module's forward (s*
+    in this one's), where ZeRO-3's per-module hooks gather it. Replicated under tensor parallelism
+    (parallel='none')."""
 
     def __init__(self, cfg: RLTConfig, factory: LayerFactory):
         super().__init__()
         d, std = cfg.d_model, mup_hidden_std(cfg, cfg.init_std)
         self.d, self.alpha = d, cfg.alpha
         self.norm = layer_norm(cfg)                                    # RMSNorm_s
-        self.gate = factory.linear(2 * d, d, bias=True, parallel="none", init_std=std)  # W_g, b_g
+        with torch.random.fork_rng(devices=[]):  # their own draws are discarded: W_g is drawn below
+            self.gate_e = factory.linear(d, d, bias=True, parallel="none", init_std=std)   # W_ge, b_g
+            self.gate_s = factory.linear(d, d, bias=False, parallel="none", init_std=std)  # W_gs
+        whole = factory.linear(2 * d, d, bias=True, parallel="none", init_std=std)  # W_g, b_g: N(0, std), 0
+        with torch.no_grad():  # drawn whole as before the split: the same initial weights, bitwise
+            self.gate_e.weight.copy_(whole.weight[:, :d])
+            self.gate_e.bias.copy_(whole.bias)
+            self.gate_s.weight.copy_(whole.weight[:, d:])
         self.proj = factory.linear(d, d, bias=False, parallel="none", init_std=std)     # W_s
         mark_hidden(self, cfg)
         self.s0 = nn.Parameter(torch.empty(d).normal_(0.0, cfg.init_std))  # s*: scale-free after RMSNorm_s
+        self.register_load_state_dict_pre_hook(_split_gate)
 
     def initial(self, batch: int) -> torch.Tensor:
-        """h_0 = s* for every row: (B, d)."""
-        return self.s0.repeat(batch, 1)  # a copy: expand's view has no grad_fn under no_grad (the flop counter refuses it)
+        """h_0 = s* for every row: (B, d) (through forward, so that s* is read inside it)."""
+        return self(rows=batch)
 
-    def gate_e(self, e: torch.Tensor) -> torch.Tensor:
-        """The gate's token part W_g[:, :d] e_t + b_g for every position: (B, T, d) -> (B, T, d)."""
-        return F.linear(e, self.gate.weight[:, :self.d], self.gate.bias)
-
-    def forward(self, e: torch.Tensor, gate_e: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
-        """e, gate_e (B, C, d) of the chunk's positions, state (B, d) -> z^0 (B, C, d)."""
+    def forward(self, e: torch.Tensor | None = None, gate_e: torch.Tensor | None = None,
+                state: torch.Tensor | None = None, rows: int | None = None) -> torch.Tensor:
+        """e (B, C, d) of the chunk's positions, gate_e = gate_e(e) (B, C, d), state (B, d) -> z^0
+        (B, C, d); or, given only rows = B, h_0 = s* for every row (B, d)."""
+        if rows is not None:  # a copy: expand's view has no grad_fn under no_grad (the flop counter refuses it)
+            return self.s0.repeat(rows, 1)
         r = self.norm(state)                                           # (B, d): RMSNorm_s(h_{k-1})
-        g = torch.sigmoid(gate_e + F.linear(r, self.gate.weight[:, self.d:])[:, None])  # (B, C, d)
+        g = torch.sigmoid(gate_e + self.gate_s(r)[:, None])           # (B, C, d)
         return e + self.alpha * g * self.proj(r)[:, None]              # (B, C, d)
+
+
+def _split_gate(module: Merge, state_dict: dict, prefix: str, *_: Any) -> None:
+    """Loads a state dict written before W_g was split (one Linear `gate`: weight (d, 2d), bias (d,)):
+    its halves and b_g become gate_e's and gate_s's, so older checkpoints and exports load unchanged.
+    A weight of another shape is left to load_state_dict's size check (split at d, it cannot fit)."""
+    weight, bias = state_dict.pop(prefix + "gate.weight", None), state_dict.pop(prefix + "gate.bias", None)
+    if weight is not None:
+        state_dict[prefix + "gate_e.weight"] = weight[:, :module.d].contiguous()
+        state_dict[prefix + "gate_s.weight"] = weight[:, module.d:].contiguous()
+    if bias is not None:
+        state_dict[prefix + "gate_e.bias"] = bias
 
 
 class DecoderLayer(nn.Module):

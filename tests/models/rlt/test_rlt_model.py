@@ -7,7 +7,8 @@ The reference reads the model's weights by name only. Layouts it assumes, as the
 them: a fused projection's rows are [head, (q|k|v), head_dim] (attention) and [head, (k|v), head_dim]
 (memory); QK-norm is one head_dim gain for all heads; RoPE turns pair (j, j + hd/2) by p x
 base^(-2j/hd) at position p (from 0); width-muP (m = d / mup_base_width) scales the attention
-logits by sqrt(head_dim / m) / head_dim and the readout by 1 / m; layer l reads memory l * G // L."""
+logits by sqrt(head_dim / m) / head_dim and the readout by 1 / m; layer l reads memory l * G // L; the
+merge's W_g = [W_ge | W_gs] (d x 2d) is held as merge.gate_e (W_ge, with b_g) and merge.gate_s (W_gs)."""
 import math
 
 import pytest
@@ -101,7 +102,8 @@ class Reference:
     def merge(self, e, s):
         """(2.9-2.11): u = e + alpha sigmoid(W_g [e; r] + b_g) * W_s r, r = RMSNorm_s(s)."""
         r = self.rms(s, "merge.norm.weight")
-        g = torch.sigmoid(self.P["merge.gate.weight"] @ torch.cat([e, r]) + self.P["merge.gate.bias"])
+        W_g = torch.cat([self.P["merge.gate_e.weight"], self.P["merge.gate_s.weight"]], 1)   # (d, 2d)
+        g = torch.sigmoid(W_g @ torch.cat([e, r]) + self.P["merge.gate_e.bias"])
         return e + self.cfg.alpha * g * (self.P["merge.proj.weight"] @ r)
 
     def decoder_layer(self, i, z, t, kv, mem):
@@ -215,6 +217,69 @@ def test_a_future_token_never_changes_an_earlier_output(feedback_interval):
             a, b = model(x).logits, model(x2).logits
         assert torch.equal(a[:, :k], b[:, :k])
         assert (a[:, k] - b[:, k]).abs().min().item() > 0
+
+
+class ReadLog(dict):
+    """A module's `_parameters` recording, at each attribute read of a parameter, whose forward was
+    running: (owner, name, reader) for a read outside the owner's own forward."""
+
+    def __init__(self, owner, stack, outside):
+        super().__init__(owner._parameters)
+        self.owner, self.stack, self.outside = owner, stack, outside
+
+    def __getitem__(self, key):
+        if self.stack and self.stack[-1] is not self.owner:
+            self.outside.append((self.owner, key, self.stack[-1]))
+        return super().__getitem__(key)
+
+
+@pytest.mark.parametrize("feedback_interval", [1, 3, 0])
+def test_every_parameter_is_read_inside_its_own_modules_forward(feedback_interval):
+    """What ZeRO-3 needs (it gathers a module's parameters in that module's forward hooks): in a
+    training forward and backward and in cached decoding, RLT's own modules (memory, merge, decoder)
+    read each parameter only inside its owner's forward (W_g's halves, s*, the QK-norm gains
+    included). Elsewhere only the shared layers' reads remain, which ZeRO-3 gathers as declared
+    external parameters: the tied head's embedding and the encoder attention's QK-norm gains."""
+    cfg, model = tiny_model(feedback_interval=feedback_interval)
+    stack, outside = [], []
+
+    def leave(module, args, out):  # returns None: the output stays
+        assert stack.pop() is module
+
+    for module in model.modules():
+        module._parameters = ReadLog(module, stack, outside)
+        module.register_forward_pre_hook(lambda m, args: stack.append(m))
+        module.register_forward_hook(leave)
+    idx = tokens()
+    model.train()(idx[:, :-1], idx[:, 1:]).loss.backward()
+    with torch.no_grad():
+        cache = model.eval().make_cache()
+        model(idx[:, :6], cache=cache)
+        model(idx[:, 6:7], cache=cache)
+    assert not stack and all(p.grad is not None for p in model.parameters())
+    owner = {id(m): name for name, m in model.named_modules()}
+    reads = {(owner[id(o)] + "." + key, type(r).__name__) for o, key, r in outside}
+    qk_norms = {(f"encoder.{i}.attn.{n}_norm.weight", "CausalSelfAttention") for i in range(cfg.n_enc) for n in "qk"}
+    assert reads == {("embed.wte.weight", "LMHead")} | qk_norms, reads
+
+
+def test_a_state_dict_with_the_unsplit_gate_loads():
+    """Checkpoints written before W_g was split hold merge.gate.weight (d x 2d) and merge.gate.bias:
+    they load (strict, and with assign=True as the native export loads) into the same weights."""
+    _, model = tiny_model(feedback_interval=1)
+    sd = model.state_dict()
+    old = {k: v for k, v in sd.items() if not k.startswith("merge.gate_")}
+    old["merge.gate.weight"] = torch.cat([sd["merge.gate_e.weight"], sd["merge.gate_s.weight"]], 1).clone()
+    old["merge.gate.bias"] = sd["merge.gate_e.bias"].clone()
+    for assign in (False, True):
+        fresh = RLT(RLTConfig(**{**TINY, "feedback_interval": 1})).to(F64)
+        fresh.load_state_dict(old, strict=True, assign=assign)
+        assert fresh.state_dict().keys() == sd.keys()
+        assert all(torch.equal(fresh.state_dict()[k], sd[k]) for k in sd)
+    assert "merge.gate.weight" in old and "merge.gate_e.weight" not in old  # the caller's dict is left as it was
+    bad = {**old, "merge.gate.weight": old["merge.gate.weight"][:, :-1]}
+    with pytest.raises(RuntimeError, match="size mismatch for merge.gate_s.weight"):
+        RLT(RLTConfig(**{**TINY, "feedback_interval": 1})).to(F64).load_state_dict(bad)
 
 
 def paper_count(n_enc, n_dec, feedback, d=512, f=1365, hd=128, vocab=277):
