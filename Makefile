@@ -6,7 +6,7 @@ PIP     := $(PY) -m pip
 STAMP   := .venv/.installed
 export PYTHONHASHSEED := 0
 
-.PHONY: venv vocab test test-fast quickstart quickstart-eval compare ablation algorithmic bench configs lock clean
+.PHONY: venv vocab test test-fast quickstart quickstart-eval compare ablation algorithmic rlt bench configs lock clean
 
 venv: $(STAMP)
 
@@ -85,6 +85,30 @@ algorithmic: venv
 	($(call ALGO_TASK,parity)) & a=$$!; ($(call ALGO_TASK,s5_swaps)) & b=$$!; wait $$a; ra=$$?; wait $$b && test $$ra = 0
 	$(PY) launcher/algo.py table $(ALGO_RUNS)/{parity,s5_swaps}-rlt-transformer-debug-s4[234]/eval/eval.json \
 	  --out $(ALGO_RUNS)/table
+
+# The RLT paper's headline at CPU scale (#25, docs/families.md "CPU scale: make rlt"): parity trained
+# on 3-16 bits (data.task_train_max=16; the paper: 3-40) and tested to 256, RLT-1 at two splits (2+2,
+# 3+1), RLT-0 2+2 and the Transformer (4 layers), width 128, seeds 42 and 43; two lanes of one process
+# each. Every model runs muP at m = 1 (mup_base_width = its width), as the paper's width-512 models do:
+# the debug flavours' m = 1/4 multiplies the hidden lr by 4, and RLT-1 then never leaves ln 2. Each run's
+# last checkpoint is evaluated: validation (32-40 bits) lies outside this training range, so it does not
+# choose one. Reductions besides: 450 steps of 256 examples (115,200; the paper 2,000 of 512), warm-up
+# 40, peak lr 1e-3 to 5e-5, the first 256 of the 1,024 test sequences per length.
+RLT_RUNS := runs/rlt
+RLT_CPU  := data.task_train_max=16 train.max_steps=450 train.global_batch_size=256 train.micro_batch_size=256 \
+            train.warmup_steps=40 train.lr=1e-3 train.min_lr=5e-5 eval.every_steps=450 checkpoint.every_steps=450 \
+            checkpoint.keep_best=false log.wandb=disabled model.mup_base_width=128
+RLT_RUN = run=$(RLT_RUNS)/parity-$(1)-s$(2); \
+	$(CPU_ENV) $(PY) launcher/algo.py train parity --model $(3) --seed $(2) --out $$run --nproc 1 $(RLT_CPU) $(4) \
+	  > $$run.log 2>&1 && $(CPU_ENV) $(PY) launcher/algo.py eval $$run --checkpoint last --limit 256 >> $$run.log 2>&1 \
+	  || { echo "parity $(1) seed $(2) failed: see $$run.log"; exit 1; }; echo "parity $(1) seed $(2) done"
+RLT_LANE = $(call RLT_RUN,rlt1-2+2,$(1),rlt-debug,) && $(call RLT_RUN,rlt1-3+1,$(2),rlt-debug,model.n_enc=3 model.n_dec=1) \
+	&& $(call RLT_RUN,rlt0-2+2,$(1),rlt-debug,model.feedback_interval=0) \
+	&& $(call RLT_RUN,transformer-4,$(2),rlt-transformer-debug,)
+rlt: venv
+	mkdir -p $(RLT_RUNS)
+	($(call RLT_LANE,42,43)) & a=$$!; ($(call RLT_LANE,43,42)) & b=$$!; wait $$a; ra=$$?; wait $$b && test $$ra = 0
+	$(PY) launcher/algo.py table $(RLT_RUNS)/parity-*-s4[23]/eval-last/eval.json --out $(RLT_RUNS)/table
 
 bench: vocab
 	$(PY) benchmarks/model_throughput.py

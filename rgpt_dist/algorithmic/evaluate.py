@@ -215,7 +215,11 @@ def _model_label(run_dir: Path, config: dict) -> tuple[str, dict]:
             record = {}
     model = config.get("model") or {}
     label = record.get("model") or f"{model.get('family', '?')}-{model.get('n_layer', '?')}L"
-    return str(label), record
+    # model fields changed on the command line change the model: name them (`rlt-debug n_dec=1`)
+    changed = [o.split("=", 1) for o in record.get("overrides") or [] if isinstance(o, str)
+               and o.startswith("model.") and "=" in o and not o.startswith("model.flavour=")]
+    label = " ".join([str(label), *(f"{k[len('model.'):]}={v}" for k, v in changed)])
+    return label, record
 
 
 def evaluate_run(run_dir: str | Path, lengths=None, limit: int | None = None, batch_size: int = EVAL_BATCH,
