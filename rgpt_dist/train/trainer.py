@@ -72,6 +72,9 @@ class Trainer:
         self.model = engine.module
         self.sampler = spec_for(cfg.model).depth_sampler(cfg.model)
         self.train_loader, self.val_batches = train_loader, val_batches
+        # the width of the training batches: train.seq_len, or less where the loader pads to its own
+        # longest example (a capped task stream, data.task_train_max); tokens and FLOPs count it
+        self.seq_len = getattr(train_loader, "seq_len", cfg.train.seq_len)
         self.ckpt, self.sink = ckpt, sink
         self.accum = cfg.train.grad_accum_steps(dims.dp)
         self.step, self.tokens = 0, 0
@@ -222,7 +225,7 @@ class Trainer:
         """Train to train.max_steps; False when stopped early on a signal (after saving that step)."""
         cfg = self.cfg
         self._data = self._batches()
-        tokens_per_step = cfg.train.tokens_per_step()
+        tokens_per_step = cfg.train.global_batch_size * self.seq_len
         window_t, window = time.perf_counter(), [0, 0.0, 0.0]  # steps, model FLOPs, hardware FLOPs
         while self.step < cfg.train.max_steps:
             record = self.train_step()
@@ -280,7 +283,8 @@ class Trainer:
         per micro-batch): Eq. 1 training FLOPs, and those plus the forward recomputed by activation
         checkpointing, averaged over the micro-batches."""
         cfg = self.cfg
-        S, tokens, rs = cfg.train.seq_len, cfg.train.tokens_per_step(), r if isinstance(r, list) else [r]
+        S, rs = self.seq_len, r if isinstance(r, list) else [r]
+        tokens = cfg.train.global_batch_size * S
         model = sum(train_flops(cfg.model, S, d) for d in rs) / len(rs) * tokens
         recompute = sum(recompute_flops(cfg.model, S, d, cfg.parallel.activation_checkpointing) for d in rs) / len(rs)
         return model, model + recompute * tokens
@@ -288,7 +292,7 @@ class Trainer:
     def _log_train(self, record: dict[str, Any], window: list, elapsed: float) -> None:
         steps, model_flops, hw_flops = window
         capacity = self.peak * self.dims.world * elapsed
-        tokens_per_s = steps * self.cfg.train.tokens_per_step() / elapsed
+        tokens_per_s = steps * self.cfg.train.global_batch_size * self.seq_len / elapsed
         record.update(tokens=self.tokens, tokens_per_s=tokens_per_s, mfu=model_flops / capacity,
                       hfu=hw_flops / capacity)
         gate = "".join(f" | {k.removesuffix('_mean')} {sum(v) / len(v):.3f}" for k, v in record.items()

@@ -22,6 +22,8 @@ TINY = ["model.d_model=16", "model.n_head=2", "model.n_layer=1", "model.d_ff=32"
         "train.warmup_steps=1", "train.micro_batch_size=8", "train.global_batch_size=8", "train.lr=3e-3",
         "train.min_lr=3e-4", "eval.every_steps=2", "checkpoint.every_steps=2", "checkpoint.keep_last=1",
         "log.every_steps=1", "log.wandb=disabled"]
+# the tables' name of the model: the flavour and the model fields TINY changes (evaluate._model_label)
+LABEL = "rlt-transformer-debug d_model=16 n_head=2 n_layer=1 d_ff=32"
 
 
 def _tag(ckpt, step):
@@ -162,7 +164,7 @@ def test_the_selected_checkpoint_is_the_minimum_validation_loss(protocol):
         loss, step = min(evals)                                   # ties: the smaller step sorts first
         result = json.loads((run / "eval" / "eval.json").read_text())
         assert (result["step"], result["val_loss"], result["checkpoint"]) == (step, loss, f"step_{step:08d}")
-        assert result["seed"] == seed and result["model"] == "rlt-transformer-debug" and result["limit"] == LIMIT
+        assert result["seed"] == seed and result["model"] == LABEL and result["limit"] == LIMIT
         assert set(result["test"]) == {"32", "40"}
         assert result["test"]["32"]["final_total"] == LIMIT and result["validation"]["pooled"]["final_total"] == 3 * LIMIT
         assert result["checkpoint_choice"] == "best" and (run / "eval-last").exists() == (seed == SEEDS[-1])
