@@ -33,6 +33,7 @@ from pathlib import Path
 import yaml
 
 from rgpt_dist.algorithmic import TaskError, get_task, heldout_batches, make_batch
+from rgpt_dist.algorithmic.capped import capped
 from rgpt_dist.algorithmic.metrics import Counts, count, primary_metric
 from rgpt_dist.train.metrics import read_metrics
 
@@ -246,6 +247,7 @@ def evaluate_run(run_dir: str | Path, lengths=None, limit: int | None = None, ba
     test = {str(n): score(model, _batches(task, "test", n, limit, batch_size), device).to_dict() for n in grid}
     label, record = _model_label(run_dir, config)
     metric = primary_metric(task.name)
+    trained = capped(task, int((config.get("data") or {}).get("task_train_max") or 0)).train_lengths  # the run's grid
     return {"task": task.name, "model": label, "family": (config.get("model") or {}).get("family"),
             "seed": (config.get("train") or {}).get("seed"), "step": step, "checkpoint": selection.tag_dir.name,
             "checkpoint_choice": checkpoint, "selected_by": selection.source, "val_loss": selection.val_loss,
@@ -253,7 +255,8 @@ def evaluate_run(run_dir: str | Path, lengths=None, limit: int | None = None, ba
             "limit": limit, "protocol": "paper" if limit is None else f"first {limit} examples per length (not the paper's)",
             "batch_size": batch_size, "dtype": "fp32", "device": device,
             "validation": {"accuracy": pooled.accuracy(metric), "pooled": pooled.to_dict(), "per_length": val},
-            "test": test, "run_dir": str(run_dir.resolve()), "overrides": record.get("overrides", [])}
+            "test": test, "run_dir": str(run_dir.resolve()), "overrides": record.get("overrides", []),
+            "train_lengths": [min(trained), max(trained)]}
 
 
 def _load(tag_dir: Path, device: str, trust: bool):

@@ -135,6 +135,8 @@ def aggregate(evals: list[dict]) -> list[dict]:
                     "seeds": [m["seed"] for m in members], "steps": [m.get("step") for m in members],
                     "files": [m["file"] for m in members], "limits": sorted({str(m.get("limit")) for m in members}),
                     "lengths": lengths, "metrics": metrics,
+                    # the training lengths [shortest, longest] the runs recorded (older eval.json: none)
+                    "train_lengths": next((m["train_lengths"] for m in members if m.get("train_lengths")), None),
                     "validation": _stat([v for v in val if v is not None]) if any(v is not None for v in val) else None})
     return out
 
@@ -256,8 +258,9 @@ def plot(groups: list[dict], path: Path) -> Path:
             sd = np.array([0.0 if stats[n]["sd"] is None else stats[n]["sd"] for n in xs])
             err = np.vstack([np.minimum(sd, mean), np.minimum(sd, 100.0 - mean)])   # clipped to 0..100
             ax.errorbar(xs, mean, yerr=err, marker="o", capsize=3, label=f"{_label(g)} (n={len(g['seeds'])})")
-        train = [n for n in get_task(task).lengths("train") if n is not None]
-        lo, hi = min(train), max(train)
+        spans = [g["train_lengths"] for g in (best or mine) if g.get("train_lengths")]
+        train = [n for span in spans for n in span] or [n for n in get_task(task).lengths("train") if n is not None]
+        lo, hi = min(train), max(train)        # the runs' own training range (a capped grid), else the task's
         ax.axvspan(lo / 1.04, hi * 1.04, color="0.85", zorder=0, label="training lengths")
         if task in CHANCE:
             ax.axhline(100 * CHANCE[task], linestyle=":", color="0.3", label="chance")
@@ -272,7 +275,9 @@ def plot(groups: list[dict], path: Path) -> Path:
         ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(tasks):]:
         ax.set_visible(False)
-    fig.suptitle("Length generalisation: mean ± sample SD over seeds, best ID-validation-loss checkpoint", fontsize=9)
+    chosen = "best ID-validation-loss checkpoints" if any(g["checkpoint"] == "best" for g in groups) \
+        else "last checkpoints"
+    fig.suptitle(f"Length generalisation: mean ± sample SD over seeds; {chosen}", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -165,6 +165,7 @@ def test_the_selected_checkpoint_is_the_minimum_validation_loss(protocol):
         result = json.loads((run / "eval" / "eval.json").read_text())
         assert (result["step"], result["val_loss"], result["checkpoint"]) == (step, loss, f"step_{step:08d}")
         assert result["seed"] == seed and result["model"] == LABEL and result["limit"] == LIMIT
+        assert result["train_lengths"] == [3, 40]                   # the whole grid: no data.task_train_max
         assert set(result["test"]) == {"32", "40"}
         assert result["test"]["32"]["final_total"] == LIMIT and result["validation"]["pooled"]["final_total"] == 3 * LIMIT
         assert result["checkpoint_choice"] == "best" and (run / "eval-last").exists() == (seed == SEEDS[-1])

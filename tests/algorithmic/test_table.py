@@ -50,6 +50,14 @@ def test_groups_by_task_and_model_in_percent(tmp_path):
     one = groups["parity", "big"]["metrics"]["final"][256]
     assert one["n"] == 1 and one["mean"] == 75.0 and one["sd"] is None
     assert groups["addition", "gpt"]["primary_metric"] == "token"
+    assert gpt["train_lengths"] is None                   # eval.json files written before the field
+
+
+def test_a_group_carries_the_training_range_its_runs_recorded(tmp_path):
+    """data.task_train_max runs record their cut grid (evaluate_run's train_lengths); the plot shades it."""
+    capped = [{**_eval("parity", "cap", s, {32: 0.9}), "train_lengths": [3, 16]} for s in (42, 43)]
+    [group] = aggregate(load_evals(_write(tmp_path, capped)))
+    assert group["train_lengths"] == [3, 16]
 
 
 def test_tables_json_and_plot_are_written(tmp_path):
