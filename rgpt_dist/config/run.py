@@ -46,7 +46,7 @@ class DataConfig(Section):
     set)."""
     task_train_max: int = 0
     """Train on the task's training lengths up to this one only (0 = its whole training grid, the
-    paper's); a CPU-scale reduction (`make rlt` trains parity on 3-10 bits). Validation and test keep
+    paper's); a CPU-scale reduction (`make rlt` trains parity on 3-16 bits). Validation and test keep
     the task's grids. At least the grid's shortest training length; needs data.task."""
 
     def problems(self, path: str) -> list[str]:
