@@ -20,6 +20,7 @@ from rgpt_dist.config.model import LoopedConfig
 from rgpt_dist.export.hf_looped_writer import write_hf_looped
 from rgpt_dist.models.spec import families, spec_for
 from rgpt_dist.registry import build_model
+from tests.helpers.hf import greedy, load_remote as load
 
 LOOPED = sorted(n for n, s in families().items() if issubclass(s.config, LoopedConfig))
 CFG = dict(vocab_size=300, pad_vocab_multiple=128, block_size=64, d_model=48, n_head=4, n_pre=1, n_rec=2, n_coda=1,
@@ -51,19 +52,8 @@ def export_dir(native, hf_env, tmp_path_factory):
     return write_hf_looped(model.state_dict(), cfg, tmp_path_factory.mktemp("hf") / f"{cfg.family}_export")
 
 
-def load(path, **overrides):
-    from transformers import AutoModelForCausalLM
-    return AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True, **overrides).eval()
-
-
 def prompt(B=2, T=7, seed=3):
     return torch.randint(0, CFG["vocab_size"], (B, T), generator=torch.Generator().manual_seed(seed))
-
-
-def greedy(model, ids, n, **kw):
-    with torch.no_grad():
-        return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
-                              do_sample=False, pad_token_id=0, return_dict_in_generate=True, output_scores=True, **kw)
 
 
 def deepest(cfg):

@@ -27,6 +27,7 @@ from rgpt_dist.export.tokenizer_files import write_task_tokenizer
 from rgpt_dist.models.generate import generate
 from rgpt_dist.models.spec import spec_for
 from rgpt_dist.registry import build_model
+from tests.helpers.hf import greedy as hf_greedy, load_remote as load
 
 SPEC = spec_for("rlt")
 SMALL = dict(vocab_size=300, pad_vocab_multiple=128, block_size=64)
@@ -51,19 +52,8 @@ def rlt(request, hf_env, tmp_path_factory):
     return model.eval(), cfg, out, load(out)
 
 
-def load(path, **overrides):
-    from transformers import AutoModelForCausalLM
-    return AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True, **overrides).eval()
-
-
 def prompt(B=2, T=7, seed=3):
     return torch.randint(0, SMALL["vocab_size"], (B, T), generator=torch.Generator().manual_seed(seed))
-
-
-def hf_greedy(hf, ids, n, **kw):
-    with torch.no_grad():
-        return hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
-                           do_sample=False, pad_token_id=0, return_dict_in_generate=True, output_scores=True, **kw)
 
 
 def recompute_greedy(model, ids, n, vocab):

@@ -33,3 +33,17 @@ def isolated_hf(home: Path):
             del sys.modules[k]
     if modules in sys.path:
         sys.path.remove(modules)
+
+
+def load_remote(path, **overrides):
+    """An export loaded with its shipped code (trust_remote_code), in eval mode."""
+    from transformers import AutoModelForCausalLM
+    return AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True, **overrides).eval()
+
+
+def greedy(model, ids, n, **kw):
+    """`generate()` of exactly n greedy tokens on an unpadded batch, with the scores of each."""
+    import torch
+    with torch.no_grad():
+        return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                              do_sample=False, pad_token_id=0, return_dict_in_generate=True, output_scores=True, **kw)
