@@ -6,7 +6,7 @@ PIP     := $(PY) -m pip
 STAMP   := .venv/.installed
 export PYTHONHASHSEED := 0
 
-.PHONY: venv vocab test test-fast quickstart quickstart-eval compare ablation algorithmic rlt bench configs lock clean
+.PHONY: venv vocab test test-fast quickstart quickstart-eval compare ablation phi algorithmic rlt bench configs lock clean
 
 venv: $(STAMP)
 
@@ -58,6 +58,14 @@ ablation: vocab
 	test -f data/python-stdlib/manifest.json || \
 	  .venv/bin/rgpt-prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
 	$(CPU_ENV) $(PY) launcher/ablation.py --data data/python-stdlib --out runs/ablation
+
+# The looped scaling law at CPU scale (#26, docs/evaluation.md): 27 tiny iso-depth RecurrentGPT runs
+# (1 + r x (4/r) + 1, r in {1, 2, 4}, widths 32/48/64, three FLOPs budgets) through the real trainer,
+# then rgpt-eval phi into runs/phi/fit. A pipeline check with its interval, not a measurement of phi.
+phi: vocab
+	test -f data/python-stdlib/manifest.json || \
+	  .venv/bin/rgpt-prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
+	$(CPU_ENV) $(PY) launcher/phi.py --data data/python-stdlib --out runs/phi
 
 # The RLT paper's length-generalisation protocol at CPU scale (#24, docs/algorithmic.md): parity and
 # swaps-S5, the Transformer baseline, seeds 42/43/44; each run trains (rgpt-algo train, 1 process),
@@ -120,6 +128,7 @@ configs: venv
 	$(PY) -c "from rgpt_dist.config.flavours import write_yaml; write_yaml('configs/models')"
 	$(PY) -c "from rgpt_dist.config.experiments import write_yaml; write_yaml('configs/experiments')"
 	$(PY) -c "from rgpt_dist.config.ablations import write_yaml; write_yaml('configs/experiments')"
+	$(PY) -c "from rgpt_dist.config.phi_sweep import write_yaml; write_yaml('configs/experiments')"
 
 # Re-resolve every pin after changing pyproject.toml's dependencies (keeps torch at the CPU wheel).
 lock:

@@ -8,6 +8,9 @@
     rgpt-eval lm-eval exports/x --tasks rgpt_example --depths 1,4,8 --out eval/x   # accuracy vs R*
     rgpt-eval lm-eval exports/x --tasks hellaswag,arc_easy --out eval/x   # standard tasks (downloads data)
     rgpt-eval grid runs --out results                                     # Table 1 layout over a runs dir
+    rgpt-eval phi runs/phi-rgpt-* --out results/phi                       # the looped scaling law's phi
+    rgpt-eval phi runs --study trunc --out results/phi-trunc                # a case study against its baseline
+    rgpt-eval phi --group 'a=runs/x-*' --group 'b=runs/y-*,runs/z-*' --out results/ab   # any two groups
 
 SOURCE is an rgpt-export directory or a training checkpoint (run dir, checkpoints/ or step_*); the
 validation data defaults to the run's own (`data.paths`, `data.val_split`). lm-eval needs an export
@@ -82,6 +85,17 @@ def _parser() -> argparse.ArgumentParser:
                         "checkout's; none for dense GPT-2), never, or trust (UNSAFE) (default auto)")
     s = sub.add_parser("grid", help="final loss, parameters, FLOPs and early-exit curve of every run (Table 1)")
     s.add_argument("runs_dir", help="directory holding run directories (runs/<model>-<budget>)")
+    s.add_argument("--out", required=True)
+    s = sub.add_parser("phi", help="fit L = E + A (N_once + r^phi N_rec)^-alpha + B D^-beta over runs (issue #26)")
+    s.add_argument("runs", nargs="*", help="run directories, or directories of runs")
+    s.add_argument("--group", action="append", default=[], metavar="NAME=PATTERN[,PATTERN...]",
+                   help="fit each named group of runs (glob patterns, quoted) and compare their phi; repeatable")
+    s.add_argument("--study", default=None, metavar="NAME",
+                   help="a case study of the sweep (trunc, nogate) against its baseline at its budgets; RUNS is "
+                        "the sweep's runs directory")
+    s.add_argument("--restarts", type=int, default=500, help="L-BFGS-B starts per fit (default 500)")
+    s.add_argument("--bootstrap", type=int, default=200, help="block-bootstrap resamples (default 200)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the starts and the resampling (default 0)")
     s.add_argument("--out", required=True)
     return p
 
@@ -241,6 +255,14 @@ def grid(args, out: Path) -> None:
     print(f"wrote {', '.join(str(Path(args.out) / p.name) for p in paths)}")
 
 
+def phi(args, out: Path) -> None:
+    from rgpt_dist.eval.phi.analysis import analyse, groups_of
+
+    groups = groups_of(args.runs, args.group, args.study)
+    summary = analyse(groups, out, restarts=args.restarts, samples=args.bootstrap, seed=args.seed)
+    print(summary)
+
+
 def _run_into(command, args) -> None:
     """Runs `command` with a staging directory inside OUT, then moves what it wrote into OUT (module doc).
     A command that fails leaves no trace: the directories made for OUT are removed again (if empty)."""
@@ -266,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     from rgpt_dist.export.consolidate import ExportError
 
     try:
-        _run_into({"curve": curve, "diagnostics": diagnostics, "lm-eval": lm_eval, "grid": grid}[args.command], args)
+        _run_into({"curve": curve, "diagnostics": diagnostics, "lm-eval": lm_eval, "grid": grid, "phi": phi}[args.command],
+                  args)
     except (ExportError, ValueError, FileNotFoundError) as e:
         print(f"rgpt-eval: {e}", file=sys.stderr)
         return 2

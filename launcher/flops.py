@@ -8,6 +8,8 @@
     rgpt-flops --budget 20k,40k --gpu-peak 989e12 --mfu 0.4  # training FLOPs, GPU-hours, 8-GPU node hours
     rgpt-flops --grid --budget 20k,40k                     # every run of the paper's grid, and its totals
 
+params_once / params_rec: the non-embedding split of the looped scaling law (N_once, N_rec; SPEC
+section 10, rgpt_dist.flops.param_split), in the table and in --json.
 With --budget each target gets one row per budget: total training FLOPs (3 x Eq. 1 forward at E[r],
 head included, x tokens/step x steps), GPU-hours at the assumed peak and MFU, and hours on one node
 of --gpus-per-node GPUs (perfect scaling; evaluation, checkpoints and restarts not included).
@@ -27,7 +29,8 @@ from rgpt_dist.flops import gpu_hours, report, solve_isoflops, total_train_flops
 from rgpt_dist.models.spec import spec_for
 
 _COLUMNS = [("name", "{}"), ("layout", "{}"), ("params", "{:,.0f}"), ("params_no_embedding", "{:,.0f}"),
-            ("unique_blocks", "{}"), ("block_executions", "{}"), ("fwd_flops_per_token", "{:.4g}"),
+            ("params_once", "{:,.0f}"), ("params_rec", "{:,.0f}"), ("unique_blocks", "{}"),
+            ("block_executions", "{}"), ("fwd_flops_per_token", "{:.4g}"),
             ("head_flops_per_token", "{:.4g}"), ("expected_r", "{}"), ("train_flops_per_token", "{:.4g}"),
             ("fwd_ratio_to_dense", "{:.3f}"), ("paper_params", "{:.3g}"), ("paper_flops_fwd", "{:.3g}"),
             ("paper_fwd_ratio_to_dense", "{:.3f}")]

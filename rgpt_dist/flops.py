@@ -45,7 +45,7 @@ def block_params(cfg: ModelConfig) -> int:
 
 def embedding_params(cfg: ModelConfig) -> int:
     wpe = cfg.block_size * cfg.d_model if getattr(cfg, "pos_encoding", "learned") == "learned" else 0  # rope/alibi/none: none
-    return cfg.padded_vocab_size * cfg.d_model + wpe
+    return cfg.padded_vocab_size * cfg.d_model + wpe + spec_for(cfg).head_params(cfg)  # + an untied head
 
 
 def unique_blocks(cfg: ModelConfig) -> int:
@@ -56,6 +56,16 @@ def param_count(cfg: ModelConfig, embeddings: bool = True) -> int:
     """Unique parameters (tied head counted once); without embeddings drops wte and wpe."""
     n = unique_blocks(cfg) * block_params(cfg) + norm_params(cfg) + spec_for(cfg).extra_params(cfg)
     return n + (embedding_params(cfg) if embeddings else 0)
+
+
+def param_split(cfg: ModelConfig) -> tuple[int, int]:
+    """(N_once, N_rec) of the looped scaling law (SPEC section 10), non-embedding: N_rec is the shared
+    core's blocks (spec.recurrent_blocks) plus what runs at every step with shared weights
+    (spec.step_params: RecurrentGPT's W_proj and gate, Poisson's adapter); N_once the rest (prelude,
+    coda, final norm, per-step-unshared extras). N_once + N_rec == param_count(cfg, embeddings=False)."""
+    spec = spec_for(cfg)
+    n_rec = spec.recurrent_blocks(cfg) * block_params(cfg) + spec.step_params(cfg)
+    return param_count(cfg, embeddings=False) - n_rec, n_rec
 
 
 def block_executions(cfg: ModelConfig, r: float | None = None) -> float:
@@ -180,6 +190,7 @@ def report(name: str, cfg: ModelConfig, seq_len: int, dense: ModelConfig | None)
         "name": name, "family": cfg.family,
         "layout": spec_for(cfg).layout(cfg),
         "params": param_count(cfg), "params_no_embedding": param_count(cfg, embeddings=False),
+        "params_once": param_split(cfg)[0], "params_rec": param_split(cfg)[1],
         "unique_blocks": unique_blocks(cfg), "block_executions": block_executions(cfg),
         "fwd_flops_per_token": forward_flops(cfg, seq_len), "head_flops_per_token": head_flops(cfg),
         "expected_r": expected_depth(cfg), "train_flops_per_token": train_flops(cfg, seq_len),

@@ -156,3 +156,101 @@ def test_report_and_costs_refuse_a_zero_sequence_length_and_infinite_peak():
         total_train_flops(cfg, -1, 10, 4096)
     with pytest.raises(ValueError, match="peak_flops_per_gpu=inf must be a finite number > 0"):
         gpu_hours(cfg, 1024, 10, 4096, float("inf"), 0.5)
+
+
+# ---- the looped scaling law's parameter split (SPEC section 10, issue #26) -------------------------
+def _gpt2_block(d):
+    """GPT-2 block: qkv 3d^2 + 3d, out d^2 + d, MLP 8d^2 + 5d, two LayerNorms 4d."""
+    return 12 * d * d + 13 * d
+
+
+def _rlt_layers(c):
+    """RLT (RMSNorm, SwiGLU of width f, QK-norm, no biases): an encoder block 4d^2 + 3df + 2d + 2hd;
+    a decoder layer adds cross q/out 2d^2, its q-norm hd and a third norm d; a memory group W_K W_V
+    2d^2, input norm d, key norm hd; the merge W_g 2d^2 + b_g d, W_s d^2, RMSNorm_s d, s* d; final norm d."""
+    d, f, hd = c.d_model, c.d_ff, c.d_model // c.n_head
+    block = 4 * d * d + 3 * d * f + 2 * d + 2 * hd
+    merge = 3 * d * d + 3 * d if c.feedback_interval else 0
+    return (c.n_enc * block + c.n_dec * (block + 2 * d * d + hd + d) + c.mem_groups * (2 * d * d + d + hd)
+            + merge + d)
+
+
+def expected_split(c):
+    """(N_once, N_rec) by formula, from the papers' definitions: N_rec = the shared core's blocks plus
+    what runs at every step with the same weights; everything else non-embedding is N_once."""
+    d, ln = c.d_model, 2 * c.d_model
+    if c.family == "gpt2":
+        return c.n_layer * _gpt2_block(d) + ln, 0
+    if c.family == "rlt":  # recurrence over time, not depth: no N_rec
+        return _rlt_layers(c), 0
+    if c.family == "rt":  # RMSNorm, QK-norm, no biases, GELU 4d; the untied head is an embedding; no N_rec
+        return c.n_layer * (12 * d * d + 2 * d + 2 * (d // c.n_head)) + d, 0
+    once = (c.n_pre + c.n_coda) * _gpt2_block(d) + ln
+    core = c.n_rec * _gpt2_block(d)
+    extra = {  # (shared at every step -> N_rec, not shared or off the state's path -> N_once)
+        "recurrent_gpt": lambda: (2 * d * d + (3 * d * d + 2 * d) + 2 * ln, 0),  # W_proj; gate MLP; its LNs
+        "poisson": lambda: (2 * d * d, 0),                                      # the adapter [s; e] -> d
+        "mor": lambda: (0, c.n_loops * d),                                      # a router w_i per recursion
+        "ouro": lambda: (0, ln + d + 1),                                        # exit gate on the coda output
+        "relaxed": lambda: (0, c.n_loops * c.n_rec * c.lora_rank * 16 * d),     # each loop's own LoRA
+    }[c.family]()
+    return once + extra[1], core + extra[0]
+
+
+SPLIT_FLAVOURS = ["gpt2-debug", "recurrentgpt-debug", "poisson-debug", "mor-debug", "ouro-debug", "rrt-debug",
+                  "rlt1-debug", "gpt2-small", "recurrentgpt-small-isoflops", "poisson-small-isoflops",
+                  "mor-small-isoflops", "ouro-small-isoflops", "rrt-small-isoflops", "rlt1-4+4", "rt-debug",
+                  "rt-300m-12l"]
+REC_MODULES = {"gpt2": (), "rlt": (), "rt": (), "recurrent_gpt": ("recurrence.",), "poisson": ("recurrence.",),
+               "mor": ("recurrence.blocks.",), "ouro": ("recurrence.blocks.",), "relaxed": ("recurrence.blocks.",)}
+"""Per family, the modules whose parameters are N_rec: the shared core (+ per-step modules inside it)."""
+
+
+def test_every_family_is_in_the_split_test():
+    from rgpt_dist.models.spec import families
+
+    assert set(REC_MODULES) == set(families())
+    assert {load_config(name).model.family for name in SPLIT_FLAVOURS} == set(families())
+
+
+@pytest.fixture(scope="module")
+def flops_json():
+    """rgpt-flops --json of every flavour of the split test: name -> row."""
+    import contextlib
+    import io
+    import json
+
+    from launcher.flops import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main([*SPLIT_FLAVOURS, "--json"]) == 0
+    return {row["name"]: row for row in json.loads(out.getvalue())}
+
+
+@pytest.mark.parametrize("name", SPLIT_FLAVOURS)
+def test_param_split_equals_the_formula_the_built_model_and_rgpt_flops(name, flops_json):
+    from rgpt_dist.flops import param_split
+
+    cfg = load_config(name).model
+    n_once, n_rec = param_split(cfg)
+    assert (n_once, n_rec) == expected_split(cfg)
+    assert n_once + n_rec == param_count(cfg, embeddings=False)
+    with torch.device("meta"):
+        model = build_model(cfg)
+    groups = {"once": 0, "rec": 0}
+    for pname, p in model.named_parameters():  # tied head: counted once, as wte
+        if not pname.startswith("embed."):
+            groups["rec" if pname.startswith(REC_MODULES[cfg.family]) else "once"] += p.numel()
+    assert (groups["once"], groups["rec"]) == (n_once, n_rec)
+    assert (flops_json[name]["params_once"], flops_json[name]["params_rec"]) == (n_once, n_rec)
+
+
+def test_rgpt_flops_table_has_the_split_columns(capsys):
+    from launcher.flops import main
+
+    assert main(["poisson-debug"]) == 0
+    header, row = capsys.readouterr().out.splitlines()[:2]
+    cells = dict(zip(header.split(), row.split()))
+    once, rec = expected_split(load_config("poisson-debug").model)
+    assert (cells["params_once"], cells["params_rec"]) == (f"{once:,}", f"{rec:,}")

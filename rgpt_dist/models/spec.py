@@ -14,7 +14,8 @@ discovery (the first `families()` call) imports the family packages.
 Counting conventions (rgpt_dist.flops builds on them): a "block" is one GPT-2 pre-norm block
 (24 d^2 + 4 S d forward FLOPs per token at sequence length S, Eq. 1); a family adds its own
 per-depth terms (RecurrentGPT's W_proj and gate, an adapter, LoRA) through `step_flops`, and its
-own parameters beyond blocks, embeddings and the final LayerNorm through `extra_params`.
+own parameters beyond blocks, embeddings and the final LayerNorm through `extra_params`. The
+looped scaling law's split (rgpt_dist.flops.param_split) asks `recurrent_blocks` and `step_params`.
 """
 from __future__ import annotations
 
@@ -72,7 +73,8 @@ class FamilySpec:
     strategy naming `refusals['cached_generation']` (strategy=None, recomputing the prefix, runs)."""
     refusals: ClassVar[dict[str, str]] = {}
     """Why the family lacks a feature, by declaration: 'supports_tp', 'cached_generation' (either
-    False) and 'hf_writer' (empty: no Hugging Face export); every refusal quotes it."""
+    False) and 'hf_writer' (empty: no Hugging Face export); every refusal quotes it. 'compile_blocks':
+    parallel.compile=blocks runs but compiles less than the family's layers (the reason says what)."""
 
     # ---- construction ----------------------------------------------------------------------
     def build(self, cfg: Any, factory: Any = None) -> Any:
@@ -129,9 +131,25 @@ class FamilySpec:
         """Parameters beyond the blocks, the embeddings and the final LayerNorm."""
         return 0
 
+    def head_params(self, cfg: Any) -> int:
+        """An untied LM head's parameters, counted with the embeddings (the non-embedding count leaves
+        out wte, wpe and this head, as the Recurrent Transformer's authors count); 0: tied to wte."""
+        return 0
+
     def param_breakdown(self, cfg: Any) -> dict[str, int]:
         """Named parts of `extra_params` that Table 1 reports apart (RRT's LoRA)."""
         return {}
+
+    def recurrent_blocks(self, cfg: Any) -> int:
+        """Blocks of the shared, looped part (the looped scaling law's N_rec, SPEC section 10): 0 for
+        a model without a depth recurrence; LoopedSpec: n_rec."""
+        return 0
+
+    def step_params(self, cfg: Any) -> int:
+        """The part of `extra_params` applied at every recurrence step and shared across steps (N_rec
+        beside the recurrent blocks); parameters used by one step only, or off the state's path,
+        belong to N_once. 0 here."""
+        return 0
 
     # ---- FLOPs per token (matmuls, 2 per multiply-add; see rgpt_dist.flops) -----------------
     def block_executions(self, cfg: Any, r: float | None = None) -> float:
@@ -241,6 +259,10 @@ class LoopedSpec(FamilySpec):
 
     def unique_blocks(self, cfg: Any) -> int:
         return cfg.n_pre + cfg.n_rec + cfg.n_coda
+
+    def recurrent_blocks(self, cfg: Any) -> int:
+        """The shared core's n_rec blocks (the prelude and coda run once: N_once)."""
+        return cfg.n_rec
 
     def block_executions(self, cfg: Any, r: float | None = None) -> float:
         return float(cfg.n_pre + cfg.n_rec * (cfg.n_loops if r is None else r) + cfg.n_coda)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -47,19 +48,27 @@ def train_command(config: str, overrides: list[str], nproc: int) -> list[str]:
             "-m", "launcher.train", config, *overrides]
 
 
-def train_runs(runs: list, args_of, nproc: int = 2) -> list[str]:
-    """Trains each run (`.name`, `.config` relative to the checkout) with the overrides args_of(run);
-    prints one line per run; returns the names of those that failed (the others still run). A
-    finished run is kept, an interrupted one resumes (the trainer's own rules)."""
+def train_runs(runs: list, args_of, nproc: int = 2, jobs: int = 1) -> list[str]:
+    """Trains each run (`.name`, `.config` relative to the checkout) with the overrides args_of(run),
+    `jobs` runs at a time (each on nproc processes); prints one line per run as it ends; returns the
+    names of those that failed, whose stderr's tail is printed (the others still run). A finished run
+    is kept, an interrupted one resumes (the trainer's own rules)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    failed = []
-    for run in runs:
-        start = time.perf_counter()
-        done = subprocess.run(train_command(run.config, args_of(run), nproc), cwd=ROOT, env=env,
-                              capture_output=True, text=True)
-        status = "done" if done.returncode == 0 else f"FAILED ({done.returncode})"
-        print(f"{run.name}: {status} in {time.perf_counter() - start:.0f} s", flush=True)
-        if done.returncode != 0:
-            failed.append(run.name)
-            print(done.stderr[-3000:], file=sys.stderr)
+    failed: list[str] = []
+    pending, running = list(runs), []
+    while pending or running:
+        while pending and len(running) < jobs:
+            run, err = pending.pop(0), tempfile.TemporaryFile("w+")  # a file: a full pipe would block the run
+            proc = subprocess.Popen(train_command(run.config, args_of(run), nproc), cwd=ROOT, env=env,
+                                    stdout=subprocess.DEVNULL, stderr=err, text=True)
+            running.append((run, proc, err, time.perf_counter()))
+        run, proc, err, start = running.pop(0)  # the oldest first: a study's runs are of similar length
+        with err:
+            proc.wait()
+            status = "done" if proc.returncode == 0 else f"FAILED ({proc.returncode})"
+            print(f"{run.name}: {status} in {time.perf_counter() - start:.0f} s", flush=True)
+            if proc.returncode != 0:
+                failed.append(run.name)
+                err.seek(0)
+                print(err.read()[-3000:], file=sys.stderr)
     return failed

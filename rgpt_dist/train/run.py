@@ -12,6 +12,7 @@ from rgpt_dist.config.experiment import Config
 from rgpt_dist.data.streaming import token_dataset, token_loader
 from rgpt_dist.durable import atomic_write_text
 from rgpt_dist.models.layers import LayerFactory
+from rgpt_dist.models.spec import spec_for
 from rgpt_dist.parallel.checkpointing import apply_activation_checkpointing
 from rgpt_dist.parallel.compile import apply_compile
 from rgpt_dist.parallel.dims import ParallelDims
@@ -88,6 +89,9 @@ def train(cfg: Config) -> int:
     if dims.tp > 1:
         model = shard_model(model, cfg, dims)
     compiled = apply_compile(model, cfg.parallel.compile_mode(), cfg.parallel.compile_backend)
+    partial = spec_for(cfg.model).refusals.get("compile_blocks")
+    if compiled and cfg.parallel.compile_mode() == "blocks" and partial and dims.rank == 0:
+        print(f"note: {partial}", file=sys.stderr, flush=True)
     if compiled and cfg.parallel.zero_stage == 3:
         register_tied_parameters(model)
     apply_activation_checkpointing(model, cfg.parallel.activation_checkpointing)

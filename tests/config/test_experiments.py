@@ -13,7 +13,7 @@ EXPERIMENTS = ROOT / "configs" / "experiments"
 
 
 def test_grid_files_match_the_generator():
-    files = {p.stem for p in EXPERIMENTS.glob("*.yaml") if not p.stem.startswith("ablation-")} - {"quickstart", "debug"}
+    files = {p.stem for p in EXPERIMENTS.glob("*.yaml") if not p.stem.startswith(("ablation-", "phi-"))} - {"quickstart", "debug"}
     assert files == set(grid()) and len(files) == 2 * len(trained_flavours())
     for name, data in grid().items():
         assert yaml.safe_load((EXPERIMENTS / f"{name}.yaml").read_text()) == data
@@ -25,7 +25,7 @@ def test_every_experiment_config_loads_and_validates(path):
     if path.stem not in ("quickstart", "debug"):
         assert cfg.train.tokens_per_step() == 491520 and cfg.train.seq_len == 1024
         steps = cfg.train.max_steps
-        if not path.stem.startswith("ablation-"):
+        if not path.stem.startswith(("ablation-", "phi-")):  # phi-*: tests/config/test_phi_sweep.py
             assert steps == (40000 if path.stem.endswith("40k") else 20000)
         assert (cfg.train.lr, cfg.train.min_lr, cfg.train.warmup_steps, cfg.train.weight_decay) == (6e-4, 6e-5, min(2000, steps // 10), 0.1)
         assert (cfg.train.beta1, cfg.train.beta2, cfg.train.grad_clip) == (0.9, 0.95, 1.0)

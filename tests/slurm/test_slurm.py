@@ -48,7 +48,7 @@ def submit(cluster, script, runs: Path, overrides: list[str], *sbatch_args: str)
 def test_sbatch_test_only_accepts_every_script(cluster):
     """The real headers (8 GPUs, 64 CPUs per node, time, requeue, signal) against a node that
     declares a GPU node's resources."""
-    assert len(SCRIPTS) == 5
+    assert len(SCRIPTS) == 6  # the five <scale>_<grid>.sh cells and phi_grid.sh
     for script in SCRIPTS:
         done = cluster.run("sbatch", "--test-only", str(script), cwd=ROOT, check=False)
         assert done.returncode == 0, (script.name, done.stderr)
@@ -89,6 +89,28 @@ def test_small_isoflops_array_completes_with_checkpoints_and_metrics(cluster, da
     rows = json.loads((tmp_path / "grid" / "grid.json").read_text())
     assert sorted(r["status"] for r in rows) == ["finished"] * len(models)
     assert sorted(r["method"] for r in rows) == ["GPT-2", "Heavy-tail Poisson", "MoR", "Ouro", "RRT", "RecurrentGPT"]
+
+
+def test_one_phi_array_task_completes_with_a_checkpoint_and_a_final_val_loss(cluster, dataset, tmp_path):
+    """slurm/phi_grid.sh's task for phi-trunc-r8 at the smallest width (Poisson's injection at a fixed
+    depth 8, backprop through the last 4 steps) with CPU-sized overrides: 4 steps, every one at depth
+    8, a checkpoint at step 4 and the validation loss of the final step."""
+    from rgpt_dist.config.phi_sweep import runs
+
+    names = [run.name for run in runs()]
+    task = next(i for i, n in enumerate(names) if n.startswith("phi-trunc-r8-"))
+    job = submit(cluster, ROOT / "slurm" / "phi_grid.sh", tmp_path,
+                 [*CPU, "train.max_steps=4", "checkpoint.every_steps=4", "eval.every_steps=4", "eval.batches=2",
+                  f"data.paths=[{dataset}]"], f"--array={task}")
+    states = cluster.wait(job, timeout=300)
+    logs = "\n".join(p.read_text() for p in tmp_path.glob("*.out"))
+    assert states == {f"{job}_{task}": "COMPLETED"}, logs[-3000:]
+    run = tmp_path / names[task]
+    assert (run / "checkpoints" / "latest").read_text() == "step_00000004"
+    recs = records(run)
+    assert [s for s, _ in losses(recs)] == [1, 2, 3, 4]
+    assert {r["r"] for r in recs if "loss" in r} == {8}
+    assert recs[-1]["step"] == 4 and recs[-1]["val_loss"] > 0
 
 
 def _wait_for(predicate, timeout: float, what: str):

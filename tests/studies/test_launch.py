@@ -25,20 +25,25 @@ def test_the_module_is_found_from_another_directory_and_configs_from_the_checkou
 
 
 def test_a_failed_run_is_reported_and_the_others_still_run(monkeypatch, capsys):
+    """Real processes (a stand-in for torchrun): the first fails with a message on stderr, every run
+    gets its own overrides, the checkout as working directory and PYTHONPATH, in order."""
     calls = []
 
-    def fake_run(cmd, cwd, env, capture_output, text):
-        calls.append((cmd, cwd, env["PYTHONPATH"]))
-        return subprocess.CompletedProcess(cmd, 1 if len(calls) == 1 else 0, "", "boom")
+    def fake_command(config, overrides, nproc):
+        calls.append((config, overrides, nproc))
+        code = "import os, sys; sys.stderr.write(os.getcwd() + '|' + os.environ['PYTHONPATH'] + ' boom'); "
+        return [sys.executable, "-c", code + f"sys.exit({1 if len(calls) == 1 else 0})"]
 
     class Run:
         def __init__(self, name):
             self.name, self.config = name, f"configs/experiments/{name}.yaml"
 
-    monkeypatch.setattr(launch.subprocess, "run", fake_run)
-    assert launch.train_runs([Run("a"), Run("b")], lambda run: [f"log.run_dir=runs/{run.name}"], nproc=1) == ["a"]
-    assert [c[0][-2:] for c in calls] == [["configs/experiments/a.yaml", "log.run_dir=runs/a"],
-                                          ["configs/experiments/b.yaml", "log.run_dir=runs/b"]]
-    assert all(cwd == launch.ROOT and path == str(launch.ROOT) for _, cwd, path in calls)
-    out = capsys.readouterr()
-    assert "a: FAILED (1)" in out.out and "b: done" in out.out and "boom" in out.err
+    monkeypatch.setattr(launch, "train_command", fake_command)
+    for jobs in (1, 2):
+        calls.clear()
+        assert launch.train_runs([Run("a"), Run("b"), Run("c")], lambda run: [f"log.run_dir=runs/{run.name}"],
+                                 nproc=1, jobs=jobs) == ["a"]
+        assert calls == [(f"configs/experiments/{n}.yaml", [f"log.run_dir=runs/{n}"], 1) for n in "abc"]
+        out = capsys.readouterr()
+        assert "a: FAILED (1)" in out.out and "b: done" in out.out and "c: done" in out.out
+        assert out.err.count("boom") == 1 and f"{launch.ROOT}|{launch.ROOT} boom" in out.err  # the failed run's

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rgpt_dist.config.flavours import DEBUG_WIDTH, SCALES
 from rgpt_dist.models.gpt2.config import GPT2Config
+from rgpt_dist.models.rt.config import DENSE_FLAVOURS as RT_DENSE  # the RT's dense partners
 from rgpt_dist.models.spec import FamilySpec
 
 
@@ -38,6 +39,7 @@ class GPT2Spec(FamilySpec):
         "rlt-transformer-8": _rlt(8),     # 25,314,304 parameters (paper Table 4: 25.31M)
         "rlt-transformer-16": _rlt(16),   # 50,486,272 parameters
         "rlt-transformer-debug": _rlt(4, d_model=128, d_ff=341),  # CPU-sized; muP m = 1/4 transfers lr
+        **RT_DENSE,  # rt-dense-*: the RT flavours' shapes and block options, tied head (rgpt_dist.models.rt)
     }
     paper_table1 = {"gpt2-small": (124e6, 1.84e9), "gpt2-medium": (354e6, 7.35e9), "gpt2-large": (774e6, 21.1e9)}
     paper_val_loss = {"gpt2-small": 3.15, "gpt2-medium": 2.84, "gpt2-large": 2.71}

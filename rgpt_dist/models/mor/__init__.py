@@ -40,6 +40,13 @@ class MoRSpec(LoopedSpec):
         """The router: one w_i (d) per recursion."""
         return cfg.n_loops * cfg.d_model
 
+    def step_params(self, cfg: Any) -> int:
+        """0: the router holds one w_i per recursion, each used at its own step only (token choice:
+        the N logits once, before the recursions), so it is not shared across steps: N_once. Only
+        the n_rec core blocks are N_rec (each run on a shrinking fraction of the tokens: the law's r
+        counts recursions, not the tokens routed through them, a simplification)."""
+        return 0
+
     @staticmethod
     def capacities(cfg: Any, r: float | None = None) -> list[float]:
         """c_i = (N - i) / N of the recursions a depth-r forward runs (r <= N)."""

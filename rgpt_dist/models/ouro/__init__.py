@@ -36,6 +36,12 @@ class OuroSpec(LoopedSpec):
         """The exit gate: its LayerNorm and w (d) + b."""
         return (2 * cfg.d_model if cfg.bias and cfg.norm == "layernorm" else cfg.d_model) + cfg.d_model + 1
 
+    def step_params(self, cfg: Any) -> int:
+        """0: the exit gate reads the coda's output at every iteration but never feeds the state (it
+        is a readout, like the coda it follows, which training also runs per iteration), so it is
+        N_once; N_rec is the n_rec core blocks. Debatable under the law: 2d + 1 parameters either way."""
+        return 0
+
     def _readout_flops(self, cfg: Any, seq_len: int) -> float:
         """One iteration's exit: coda, head (2 d V) and gate (2 d) per token."""
         return cfg.n_coda * block_flops(cfg, seq_len) + 2.0 * cfg.d_model * (cfg.padded_vocab_size + 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rgpt_dist.config.flavours import CELLS, DEBUG_WIDTH, looped
+from rgpt_dist.depth import FixedDepth
 from rgpt_dist.models.poisson.config import PoissonConfig
 from rgpt_dist.models.spec import LoopedSpec
 
@@ -28,13 +29,21 @@ class PoissonSpec(LoopedSpec):
                       "poisson-medium-isoparams": 2.74, "poisson-large-isoparams": 2.70}
 
     def depth_sampler(self, cfg: Any):
+        """Poisson-lognormal with mean E[r] per optimizer step, or always n_loops (depth_sampler=fixed)."""
         from rgpt_dist.models.poisson.sampler import PoissonLogNormalDepth
 
+        if cfg.depth_sampler == "fixed":
+            return FixedDepth(cfg.n_loops)
         return PoissonLogNormalDepth(cfg.train_mean_depth, cfg.depth_sigma)
 
     def extra_params(self, cfg: Any) -> int:
         """The adapter [s, e] -> d: 2 d^2, no bias."""
         return 2 * cfg.d_model ** 2
+
+    def step_params(self, cfg: Any) -> int:
+        """The adapter (all of `extra_params`): W [s; e] runs at every step with the same weights, the
+        injection SPEC section 10 counts in N_rec (its 2 d^2)."""
+        return self.extra_params(cfg)
 
     def step_flops(self, cfg: Any, r: float | None = None) -> float:
         """Eq. 1 form: the adapter (2d -> d) costs 4 d^2 per step."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 from rgpt_dist.config.base import out_of_bounds
 from rgpt_dist.config.model import LoopedConfig
@@ -11,10 +12,16 @@ from rgpt_dist.config.model import LoopedConfig
 class PoissonConfig(LoopedConfig):
     """Huginn-style recurrent depth (Geiping et al. 2025; SPEC section 4): prelude, a shared core
     iterated r times on s = core(adapter([s, e])) from a noise state, coda; r drawn from a heavy-tailed
-    Poisson-lognormal per optimizer step, gradient through the last k_max steps only."""
+    Poisson-lognormal per optimizer step (or fixed at n_loops: `depth_sampler`), gradient through the
+    last k_max steps only."""
 
     family: str = "poisson"
     """Model family (fixed for this class)."""
+    depth_sampler: Literal["poisson_lognormal", "fixed"] = "poisson_lognormal"
+    """Training depth schedule: poisson_lognormal = the heavy-tailed draw below (Huginn); fixed =
+    always n_loops (rgpt_dist.depth.FixedDepth; mean_depth and depth_sigma unused), the looped
+    scaling law's plain baseline (SPEC section 10). k_max < n_loops is allowed with either: at a
+    fixed depth it is truncated backprop through the last k_max of n_loops steps. One of the two."""
     mean_depth: float | None = None
     """E[r] of the training sampler; None = n_loops (R), matching the dense model's FLOPs in expectation."""
     depth_sigma: float = 0.5
@@ -35,7 +42,7 @@ class PoissonConfig(LoopedConfig):
         out += out_of_bounds(path, ">", 0, depth_sigma=self.depth_sigma)
         out += out_of_bounds(path, ">=", 0, state_std=self.state_std)
         out += out_of_bounds(path, ">=", 1, k_max=self.k_max)
-        if self.train_mean_depth <= 1:
+        if self.depth_sampler != "fixed" and self.train_mean_depth <= 1:  # (its values: the Literal's check)
             where = f"{path}.mean_depth={self.mean_depth}" if self.mean_depth is not None else f"{path}.n_loops={self.n_loops}"
             out.append(f"{where}: the mean depth must be > 1 (r = Poisson(rate) + 1 with E[rate] = mean - 1)")
         return out

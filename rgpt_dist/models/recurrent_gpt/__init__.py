@@ -48,6 +48,12 @@ class RecurrentGPTSpec(LoopedSpec):
         gate = (3 * d * d + 2 * d) + 2 * norm if cfg.gate == "learned" else 0
         return proj + gate
 
+    def step_params(self, cfg: Any) -> int:
+        """All of `extra_params`: W_proj, the gate MLP and its two norms live in the recurrence module
+        and run at every step with the same weights (the h_pre halves' products are computed once
+        per forward, but the weights act on every step's input): N_rec beside the n_rec core blocks."""
+        return self.extra_params(cfg)
+
     @staticmethod
     def _per_step_d2(cfg: Any) -> tuple[int, int, int]:
         """(Eq. 1 FLOPs per step, executed per step, executed once per forward), in units of d^2:

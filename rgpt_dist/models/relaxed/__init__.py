@@ -49,6 +49,11 @@ class RelaxedSpec(LoopedSpec):
     def extra_params(self, cfg: Any) -> int:
         return cfg.n_loops * cfg.n_rec * self._lora_per_block_step(cfg)
 
+    def step_params(self, cfg: Any) -> int:
+        """0: each loop's LoRA is its own (n_loops x n_rec adapters, one set per step), not shared
+        across steps, so it is N_once; the shared base blocks (n_rec) are N_rec."""
+        return 0
+
     def param_breakdown(self, cfg: Any) -> dict[str, int]:
         return {"lora": self.extra_params(cfg)}
 

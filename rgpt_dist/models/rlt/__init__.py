@@ -112,6 +112,14 @@ class RLTSpec(FamilySpec):
     def unique_blocks(self, cfg: Any) -> int:
         return cfg.n_enc + cfg.n_dec
 
+    def recurrent_blocks(self, cfg: Any) -> int:
+        """0: RLT recurs over time (the state carried from chunk to chunk), not over depth: each
+        encoder block and decoder layer runs once per token, as in a dense model, and the merge runs
+        once per chunk. Every Transformer reuses its weights at every position, so "reused per token"
+        does not separate N_rec from N_once; the looped law's r (recurrence depth) has no counterpart
+        here, and all parameters are N_once (r = 1)."""
+        return 0
+
     def extra_params(self, cfg: Any) -> int:
         """Beyond n_enc + n_dec blocks: per decoder layer cross-attention q and out (2 d^2, biases 2 d),
         its q-norm gain (head_dim) and a third norm; per memory group W_K W_V (2 d^2, biases 2 d), its

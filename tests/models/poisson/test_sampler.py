@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from rgpt_dist.config import load_config
+from rgpt_dist.config import ConfigError, load_config
 from rgpt_dist.flops import train_flops
 from rgpt_dist.models.poisson.sampler import PoissonLogNormalDepth
 from rgpt_dist.models.spec import spec_for
@@ -49,3 +49,42 @@ def test_spec_sampler_and_expected_training_flops():
     assert train_flops(cfg, 1024) == pytest.approx(expected)
     full = load_config("poisson-small-isoflops", ["model.k_max=1000"]).model
     assert train_flops(cfg, 1024) < train_flops(full, 1024)
+
+
+def test_depth_sampler_fixed_always_runs_n_loops_and_the_default_is_unchanged():
+    """depth_sampler=fixed: r = n_loops at every step and seed (rgpt_dist.depth.FixedDepth); the
+    default stays the Poisson-lognormal draw of the same mean and sigma (old configs unchanged)."""
+    default = load_config("poisson-small-isoflops").model
+    assert default.depth_sampler == "poisson_lognormal"
+    assert spec_for(default).depth_sampler(default) == PoissonLogNormalDepth(10.0, 0.5)
+    for r in (1, 3, 8):
+        cfg = load_config("poisson-debug", ["model.depth_sampler=fixed", f"model.n_loops={r}"]).validate().model
+        sampler = spec_for(cfg).depth_sampler(cfg)
+        assert {sampler(seed, step) for seed in (0, 1337) for step in range(50)} == {r}
+        assert sampler.pmf() == {r: 1.0} and sampler.mean() == r
+
+
+def test_fixed_depth_n_loops_1_is_valid_but_the_sampled_one_is_refused():
+    """A fixed depth of 1 is the sweep's r = 1 model; the Poisson-lognormal draw needs E[r] > 1."""
+    load_config("poisson-debug", ["model.depth_sampler=fixed", "model.n_loops=1"]).validate()
+    with pytest.raises(ConfigError, match=r"model.n_loops=1: the mean depth must be > 1"):
+        load_config("poisson-debug", ["model.n_loops=1"]).validate()
+    with pytest.raises(ConfigError, match=r"model.depth_sampler='uniform' is not one of"):
+        load_config("poisson-debug", ["model.depth_sampler=uniform"]).validate()
+
+
+@pytest.mark.parametrize("r", [1, 2, 4, 8])
+def test_fixed_depth_train_flops_full_and_truncated_by_formula(r):
+    """Eq. 1 at a fixed r (2 + 2 x r + 2 layout, width 128, S = 256): training = 3 x (forward + head);
+    with k_max = ceil(r / 2) the first r - k steps (core blocks + adapter) run without autograd, so
+    their backward (2 x their forward) is not paid. k_max >= r is full backprop."""
+    d, S, n_rec, V = 128, 256, 2, 50257  # the GPT-2 vocabulary, unpadded (pad_vocab_multiple 1)
+    block, adapter = 24 * d * d + 4 * S * d, 4 * d * d
+    forward = (2 + n_rec * r + 2) * block + r * adapter + 2 * d * V  # head included
+    k = math.ceil(r / 2)
+    common = ["model.depth_sampler=fixed", "model.d_model=128", "model.n_head=2", "model.n_pre=2",
+              f"model.n_rec={n_rec}", f"model.n_loops={r}", "model.n_coda=2"]
+    for k_max, no_grad_steps in ((r, 0), (8, 0), (k, r - k)):
+        cfg = load_config("poisson-small-isoflops", [*common, f"model.k_max={k_max}"]).validate().model
+        want = 3 * forward - 2 * no_grad_steps * (n_rec * block + adapter)
+        assert train_flops(cfg, S) == pytest.approx(want, rel=1e-12), (k_max, no_grad_steps)

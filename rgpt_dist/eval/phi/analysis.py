@@ -1,0 +1,137 @@
+"""`rgpt-eval phi`: runs -> observations -> the law fitted with phi free, at 0 and at 1, a block
+bootstrap for the intervals, and the report; with several groups (the case studies: truncated against
+full backpropagation, the gate against plain injection) each group's fit and a comparison of their phi.
+
+    groups_of(runs, ["a=runs/x-*", "b=runs/y-*,runs/z-*"]) -> {"a": [...], "b": [...]}
+    groups_of(["runs"], [], study="trunc")  # a case study of the sweep against its baseline, at its budgets
+    analyse(groups, out)   # out/phi.{json,md,png} for one group; out/<name>/... and out/compare.{md,json}
+
+The difference of two groups' phi gets its interval from the two bootstraps, drawn independently: the
+k-th resample of one minus the k-th of the other is a draw of the difference (the groups share no run).
+No torch import.
+"""
+from __future__ import annotations
+
+import glob
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rgpt_dist.eval import strict_json
+from rgpt_dist.eval.phi.fit import PhiInputError, bootstrap, fit_law
+from rgpt_dist.eval.phi.report import write_report
+from rgpt_dist.eval.phi.runs import read_observations
+
+FIXED = {"phi free": None, "phi = 0": 0.0, "phi = 1": 1.0}
+"""The fits of every analysis: the law, and the two readings phi brackets (a recurrence worth nothing,
+a recurrence worth a unique block)."""
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def groups_of(runs: list[str], specs: list[str], study: str | None = None) -> dict[str, list[str]]:
+    """RUNS (one unnamed group), --group NAME=PATTERN[,PATTERN...] (globs, sorted), or a case study of
+    the sweep (rgpt_dist.config.phi_sweep: `trunc`, `nogate`) with RUNS its one runs directory: the run
+    paths of each group. A pattern that matches nothing, a bad or repeated name, or a mix is refused."""
+    if study is not None:
+        return _study_groups(runs, specs, study)
+    if bool(runs) == bool(specs):
+        raise PhiInputError("give run directories or --group NAME=PATTERN (at least two groups), not both or neither")
+    if runs:
+        return {"": list(runs)}
+    parsed: dict[str, list[str]] = {}
+    for spec in specs:
+        name, sep, patterns = spec.partition("=")
+        if not sep or not _NAME.fullmatch(name) or not patterns:
+            raise PhiInputError(f"--group {spec!r}: expected NAME=PATTERN[,PATTERN...] with NAME of letters, "
+                                "digits, '_', '.' or '-'")
+        if name in parsed:
+            raise PhiInputError(f"--group {name!r} is given twice")
+        parsed[name] = patterns.split(",")
+    if len(parsed) < 2:
+        raise PhiInputError("--group compares groups: give at least two (or the runs alone for one fit)")
+    groups: dict[str, list[str]] = {}
+    for name, patterns in parsed.items():
+        groups[name] = []
+        for pattern in patterns:
+            found = sorted(glob.glob(pattern))
+            if not found:
+                raise PhiInputError(f"--group {name}: {pattern!r} matches nothing")
+            groups[name] += found
+    return groups
+
+
+def _study_groups(runs: list[str], specs: list[str], study: str) -> dict[str, list[str]]:
+    """The case study's runs (its r = 1 runs borrowed from its baseline where they are the same run)
+    and its baseline's at the case study's budgets, under the runs directory RUNS."""
+    from rgpt_dist.config.phi_sweep import STUDIES, group_patterns
+
+    cases = [name for name, s in STUDIES.items() if s.baseline]
+    if study not in cases:
+        raise PhiInputError(f"--study {study!r}: the sweep's case studies are {', '.join(cases)}")
+    if specs or len(runs) != 1:
+        raise PhiInputError(f"--study {study} takes exactly one runs directory (the sweep's), and no --group")
+    root = runs[0].rstrip("/")
+    spec = [f"{study}=" + ",".join(f"{root}/{p}" for p in group_patterns(study)),
+            f"{STUDIES[study].baseline}=" + ",".join(f"{root}/{p}" for p in group_patterns(study, baseline=True))]
+    return groups_of([], spec)
+
+
+def fit_group(paths: list[str], *, restarts: int, samples: int, seed: int) -> dict[str, Any]:
+    """The observations of the runs, the three fits and the bootstrap of the free one."""
+    obs, records = read_observations(paths)
+    fits = {label: fit_law(obs, phi=phi, restarts=restarts, seed=seed) for label, phi in FIXED.items()}
+    boot = bootstrap(obs, samples=samples, seed=seed, restarts=restarts, fit=fits["phi free"])
+    sampled = [rec["run"] for rec in records if rec.get("sampled")]
+    return {"obs": obs, "records": records, "fits": fits, "boot": boot, "sampled": sampled}
+
+
+def analyse(groups: dict[str, list[str]], out: Path, *, restarts: int = 500, samples: int = 200,
+            seed: int = 0) -> str:
+    """Fits every group, writes the reports into `out` and returns the markdown summary."""
+    results = {name: fit_group(paths, restarts=restarts, samples=samples, seed=seed) for name, paths in groups.items()}
+    for name, res in results.items():
+        write_report(res["obs"], res["fits"], {"phi free": res["boot"].intervals}, out / name if name else out)
+    summary = _summary(results)
+    if len(results) > 1:
+        (out / "compare.md").write_text(summary)
+        (out / "compare.json").write_text(strict_json.dumps(_comparison(results), indent=2) + "\n")
+    return summary
+
+
+def _comparison(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per group phi with its interval and R^2 of the three fits; per pair the difference and its interval."""
+    groups = {name: {"runs": len(res["obs"]), "phi": res["fits"]["phi free"].phi,
+                     "phi_interval": list(res["boot"].intervals["phi"]),
+                     "r2": {label: fit.r2 for label, fit in res["fits"].items()},
+                     "runs_with_sampled_depth": res["sampled"]} for name, res in results.items()}
+    names = list(results)
+    pairs = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            diff = np.asarray(results[a]["boot"].samples["phi"]) - np.asarray(results[b]["boot"].samples["phi"])
+            level = results[a]["boot"].level
+            lo, hi = np.quantile(diff, [(1 - level) / 2, (1 + level) / 2])
+            pairs.append({"a": a, "b": b, "phi_a_minus_b": groups[a]["phi"] - groups[b]["phi"],
+                          "interval": [float(lo), float(hi)], "level": level})
+    return {"groups": groups, "differences": pairs}
+
+
+def _summary(results: dict[str, dict[str, Any]]) -> str:
+    lines = ["| group | runs | phi [95% CI] | R^2 of log L: phi free / phi = 0 / phi = 1 |", "|---|---|---|---|"]
+    for name, res in results.items():
+        f, (lo, hi) = res["fits"], res["boot"].intervals["phi"]
+        lines.append(f"| {name or 'all'} | {len(res['obs'])} | {f['phi free'].phi:.3f} [{lo:.3f}, {hi:.3f}] | "
+                     + " / ".join(f"{f[k].r2:.4f}" for k in FIXED) + " |")
+    if len(results) > 1:
+        lines.append("")
+        for pair in _comparison(results)["differences"]:
+            lo, hi = pair["interval"]
+            lines.append(f"phi({pair['a']}) - phi({pair['b']}) = {pair['phi_a_minus_b']:+.3f} "
+                         f"[{lo:+.3f}, {hi:+.3f}] ({pair['level']:.0%} bootstrap interval)")
+    for name, res in results.items():
+        if res["sampled"]:
+            lines.append(f"note: {len(res['sampled'])} run(s) of {name or 'the fit'} train at a sampled depth; "
+                         "their r is E[r], which the law does not model")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""The layerwise Recurrent Transformer (rgpt_dist/models/rt, issue 27)."""
