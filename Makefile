@@ -6,7 +6,7 @@ PIP     := $(PY) -m pip
 STAMP   := .venv/.installed
 export PYTHONHASHSEED := 0
 
-.PHONY: venv vocab test test-fast quickstart quickstart-eval compare ablation phi algorithmic rlt bench configs lock clean
+.PHONY: venv vocab test test-fast quickstart quickstart-eval compare compare-rt ablation phi algorithmic rlt bench configs lock clean
 
 venv: $(STAMP)
 
@@ -53,6 +53,13 @@ compare: vocab
 	test -f data/python-stdlib/manifest.json || \
 	  .venv/bin/rgpt-prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
 	$(CPU_ENV) $(PY) launcher/compare.py --data data/python-stdlib --out runs/compare
+
+# The layerwise Recurrent Transformer against the dense model at CPU scale (#27, docs/families.md): dense 4 x 64
+# against RT 2 x 90 at equal non-embedding parameters, make compare's recipe, two seeds each; runs/compare-rt.
+compare-rt: vocab
+	test -f data/python-stdlib/manifest.json || \
+	  .venv/bin/rgpt-prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
+	$(CPU_ENV) $(PY) launcher/compare.py --study rt --data data/python-stdlib --out runs/compare-rt
 
 ablation: vocab
 	test -f data/python-stdlib/manifest.json || \
