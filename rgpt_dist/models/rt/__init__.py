@@ -21,8 +21,13 @@ with the embeddings: the non-embedding count is the layers' and the final norm's
 dense partners (`rt-dense-*`, gpt2 family, config.DENSE_FLAVOURS) have the same block options and
 shapes with GPT-2's tied head: each RT flavour has its partner's parameters plus V x d.
 
-Declared unsupported (`refusals`, each quoted by its refusal): tensor parallelism and the Hugging Face
-export; parallel.compile=model by config validation (`run_problems`). Imports no torch.
+Tensor parallelism: q and kv column-, O row-parallel (whole heads per shard, ALiBi's slopes sliced
+with them), the MLP as the shared layers', the untied head vocabulary-parallel like wte; the per-position
+step all-reduces O's and the MLP's outputs once per position and layer (rt.model.RTLayer says what that
+costs). tp = 2 x dp = 2 reproduces one rank (tests/models/rt/test_rt_tp.py).
+
+Declared unsupported (`refusals`, each quoted by its refusal): the Hugging Face export;
+parallel.compile=model by config validation (`run_problems`). Imports no torch.
 """
 from __future__ import annotations
 
@@ -46,14 +51,9 @@ class RTSpec(FamilySpec):
     flavours = FLAVOURS
     dense_reference = {name: name.replace("rt-", "rt-dense-", 1) for name in FLAVOURS}
     kv_strategies = ("full",)
-    supports_tp = False
     cached_generation = True
     hf_writer = ""
     refusals = {
-        "supports_tp": "the RT's tensor-parallel split is declared (q and kv column-, O row-parallel, the untied head "
-                       "vocabulary-parallel) but reshard.layout_for and the tensor-parallel factory have not been "
-                       "run on it and no tp = 2 run has been compared with tp = 1; its per-position step would "
-                       "all-reduce O's and the MLP's outputs once per position and layer (2 S L per sequence)",
         "hf_writer": "no Hugging Face adapter handles the RT: the looped writer's adapter expects a head tied to "
                      "embed.wte and make_cache(..., store=) building transformers' cache layers, which RT's untied "
                      "head and per-position decoding (RTLayer.decode) do not provide yet",
@@ -63,7 +63,7 @@ class RTSpec(FamilySpec):
     }
 
     def run_problems(self, cfg: Any) -> list[str]:
-        """Tensor parallelism (declared); parallel.compile=model: one graph would unroll the scan's
+        """parallel.compile=model: one graph would unroll the scan's
         per-position loop (seq_len steps x n_layer layers). `blocks` compiles the head only (RT has
         no shared-layer Block) and the layers run eagerly."""
         out = super().run_problems(cfg)

@@ -52,7 +52,16 @@ Scan = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 class RTLayer(nn.Module):
     """One RT layer (module docstring). q: d -> d (column), kv: d -> 2 d laid out per head as
     [head, (k|v), head_dim] (column: a shard holds whole heads), proj (O): d -> d (row), the MLP
-    (column, row); norms replicated."""
+    (column, row); norms replicated.
+
+    Tensor-parallel cost: the per-position step runs O and the MLP on one position's (B, d), so
+    their row-parallel all-reduces happen once per position and layer: 2 S L all-reduces of B x d
+    numbers per forward, where a Transformer's tp block has 2 L of B x S x d (the same volume, S
+    times the messages: latency-bound at small B). The backward adds, per position and layer, the
+    column layers' input-gradient all-reduces on z_t (kv, and the MLP's fc, plus gate with SwiGLU)
+    and, with QK-norm, one of k_norm's gain gradient (head_dim numbers: `shared` runs per call of
+    `pair`). Counted at tp = 2 (GELU, QK-norm; 2026-12-03): forward 2 S L + 4 all-reduces (+4: the
+    embedding's and the vocabulary-parallel cross-entropy's three), backward L (3 S + 2) + 1."""
 
     def __init__(self, cfg: RTConfig, factory: LayerFactory):
         super().__init__()
