@@ -1,9 +1,10 @@
 """A native prelude/core/coda state dict (RecurrentGPT, heavy-tail Poisson, RRT, MoR, Ouro) or one of
-a family without a recurrence depth that declares this writer (RLT) -> a Hugging Face
+a family without a recurrence depth that declares this writer (RLT, RT) -> a Hugging Face
 `trust_remote_code` directory that runs the trainer's own model modules:
 
     out_dir/config.json            RGPTConfig (the native model section + inference settings, auto_map)
-    out_dir/model.safetensors      the native parameter names under `model.`; the tied head stored once
+    out_dir/model.safetensors      the native parameter names under `model.`; a tied head stored once (as
+                                   wte), an untied one under its own name (RT: embed.unembed)
     out_dir/configuration_rgpt.py  the adapter, copied from rgpt_dist/export/hf_looped/
     out_dir/cache_rgpt.py          (torch + transformers + the shipped modules only)
     out_dir/modeling_rgpt.py
@@ -13,7 +14,9 @@ Load with `AutoModelForCausalLM.from_pretrained(out_dir, trust_remote_code=True[
 Tokenizer files are written elsewhere.
 
 What the adapter asks of a native model: `forward(idx, r=, cache=, mask=, positions=)` returning
-`.logits`, `make_cache(strategy, r, store=)` (a KVCache), `embed.wte` and the tied `head.wte`. A
+`.logits`, `make_cache(strategy, r, store=)` (a KVCache whose per-token stores `store()` makes: the
+adapter passes transformers' DynamicLayers), `embed.wte` and `head.wte` (a one-element list: embed.wte
+when tied, else the family's own head matrix; config.json then says tie_word_embeddings false). A
 family without a depth (its spec's `recurrent` False) takes r=None: its config then has none of
 n_pre, n_rec, n_coda, n_loops, r_eval stays None and num_hidden_layers is the spec's blocks per token.
 """
@@ -45,9 +48,11 @@ def hf_config(cfg: ModelConfig, *, r_eval: int | None = None, kv_strategy: str =
     spec, fields = spec_for(cfg), cfg.to_dict()
     # without a depth num_hidden_layers is not derived: the blocks one forward runs (RLT: n_enc + n_dec)
     layers = {} if spec.recurrent else {"num_hidden_layers": int(spec.block_executions(cfg))}
+    # an untied head (RT) says so to tools that read the standard key; tied exports keep their config.json
+    untied = {} if getattr(cfg, "tie_embeddings", True) else {"tie_word_embeddings": False}
     config = RGPTConfig(native_fields=list(fields), r_eval=r_eval, kv_strategy=kv_strategy,
                         max_eval_depth=spec.max_eval_depth(cfg), kv_strategies=list(spec.kv_strategies),
-                        **layers, **fields)
+                        **layers, **untied, **fields)
     config.architectures = ["RGPTForCausalLM"]
     config.auto_map = dict(AUTO_MAP)
     config.dtype = dtype
@@ -76,7 +81,7 @@ def write_hf_looped(state_dict: dict[str, torch.Tensor], cfg: ModelConfig, out_d
     spec = spec_for(cfg)
     if spec.hf_writer != WRITER:
         raise ValueError(f"write_hf_looped exports the families whose spec names it as hf_writer (prelude/core/coda "
-                         f"models, RLT), not {cfg.family!r} (its hf_writer: {spec.hf_writer or 'none'!r})")
+                         f"models, RLT, RT), not {cfg.family!r} (its hf_writer: {spec.hf_writer or 'none'!r})")
     config = hf_config(cfg, r_eval=r_eval, kv_strategy=kv_strategy, dtype=dtype)
     _check_state_dict(state_dict, cfg)
     out_dir = Path(out_dir)

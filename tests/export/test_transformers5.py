@@ -5,8 +5,8 @@ is installed once with `pip install --no-deps --target` into .venv/transformers5
 take a newer release); a subprocess with it first on PYTHONPATH loads an export of every family, written
 here under 4.57 as rgpt-export writes it: its logits and loss equal the native model's, greedy generate()
 with the cache equals generate() without it (looped families: the exact `full` KV strategy), and beam
-search and greedy decoding give 4.57's tokens. RLT (RLT-2, B = 2: the 9-token prompt ends mid-chunk),
-exported by the same writer, has no depth: no `.r1` / `.deep` loads. Without PyPI the tests fail, naming pip's error, unless
+search and greedy decoding give 4.57's tokens. RLT (RLT-2, B = 2: the 9-token prompt ends mid-chunk)
+and RT (rt-debug: ALiBi, its untied head), exported by the same writer, have no depth: no `.r1` / `.deep` loads. Without PyPI the tests fail, naming pip's error, unless
 RGPT_OFFLINE=1 declares the machine offline (then they skip)."""
 import fcntl
 import json
@@ -47,8 +47,11 @@ FAMILIES = {
     "rlt": spec_for("rlt").config(**{**spec_for("rlt").flavours["rlt2-debug"], "vocab_size": 300,
                                      "pad_vocab_multiple": 128, "block_size": 64, "d_model": 48, "d_ff": 128,
                                      "mup_base_width": 0}),
+    "rt": spec_for("rt").config(**{**spec_for("rt").flavours["rt-debug"], "vocab_size": 300, "pad_vocab_multiple": 128,
+                                   "block_size": 64}),
 }
-DEPTHLESS = ["rlt"]  # exported with remote code, without a recurrence depth
+DEPTHLESS = ["rlt", "rt"]  # exported with remote code, without a recurrence depth
+UNTIED = ["rt"]  # the head's matrix is not the input embedding
 LOOPED_FAMILIES = [f for f in FAMILIES if f not in ("gpt2", *DEPTHLESS)]
 REMOTE = LOOPED_FAMILIES + DEPTHLESS
 # the dense family's other stock export: the RLT baseline's block as Qwen3 (rgpt_dist.export.hf_llama), muP on
@@ -259,7 +262,7 @@ def test_the_subprocess_ran_transformers_5(under_v5):
     assert (info["gpt2"]["class"], info["gpt2"]["config"]) == ("GPT2LMHeadModel", "GPT2Config")
     assert (info["gpt2-rlt"]["class"], info["gpt2-rlt"]["config"]) == ("Qwen3ForCausalLM", "Qwen3Config")
     assert all(info[f]["class"] == "RGPTForCausalLM" for f in REMOTE)
-    assert all(v["tied"] for k, v in info.items() if k.split(".")[0] in MODELS)
+    assert all(v["tied"] != (k.split(".")[0] in UNTIED) for k, v in info.items() if k.split(".")[0] in MODELS)
     # the remote code uses 5.x's names: no fallback for `cache_position` or `past_key_values` was taken
     assert "cache_position" not in info["stderr"]
     assert "past_key_values`/`cache_params` are deprecated" not in info["stderr"]

@@ -1,5 +1,5 @@
 """Hugging Face configuration of an exported prelude/core/coda model (RecurrentGPT, heavy-tail
-Poisson, RRT, MoR, Ouro) or of a model without a recurrence depth that ships its own code (RLT),
+Poisson, RRT, MoR, Ouro) or of a model without a recurrence depth that ships its own code (RLT, RT),
 loaded with `trust_remote_code=True`. Self-contained: imports only `transformers`.
 
 It carries the native model section's fields as attributes under their native names (listed in
@@ -15,9 +15,9 @@ read (hidden_size, num_attention_heads, max_position_embeddings, n_positions, nu
 derived from the fields and kept in step with them; values for them in a config.json are ignored.
 num_hidden_layers counts the blocks one forward executes at r_eval (n_pre + n_rec * r_eval + n_coda).
 
-A model without a recurrence depth (RLT) has none of the layout fields n_pre, n_rec, n_coda, n_loops
+A model without a recurrence depth (RLT, RT) has none of the layout fields n_pre, n_rec, n_coda, n_loops
 (a looped model has all four): r_eval is then None and setting it (or num_steps) is refused, and
-num_hidden_layers is the value rgpt-export wrote (the family's blocks per token: RLT n_enc + n_dec),
+num_hidden_layers is the value rgpt-export wrote (the family's blocks per token: RLT n_enc + n_dec, RT n_layer),
 an integer >= 1, not derived.
 """
 from __future__ import annotations

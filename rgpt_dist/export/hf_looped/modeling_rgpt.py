@@ -1,10 +1,13 @@
 """An exported prelude/core/coda model (or a model without a recurrence depth that ships its code:
-RLT) for Hugging Face `transformers` (`trust_remote_code=True`).
+RLT, RT) for Hugging Face `transformers` (`trust_remote_code=True`).
 
 A thin adapter: `RGPTForCausalLM.model` is the native model (`NativeModel`, bound by the import
 rgpt-export appends to this file; its modules are the ones rgpt_dist trains, shipped verbatim but for
 their imports), so the export computes exactly what the trainer does. Parameter names are the native ones under `model.`; the
-head multiplies by the token embedding (`model.embed.wte`), tied by construction.
+head multiplies by the matrix the native head reads (`model.head.wte[0]`): the token embedding
+(`model.embed.wte`, tied by construction) or a family's untied head matrix (RT: `model.embed.unembed`,
+a parameter of its own). Neither is declared to transformers as output embeddings, so nothing is tied
+or untied at load.
 
 What the adapter adds: transformers' conventions (labels shifted inside, -100 ignored; logits over
 the real vocabulary, token ids outside it refused; attention_mask with left padding, positions then
@@ -69,11 +72,13 @@ class RGPTForCausalLM(RGPTPreTrainedModel, GenerationMixin):
         return self.model.embed.wte
 
     def set_input_embeddings(self, value: nn.Embedding) -> None:
+        tied = self.model.head.wte[0] is self.model.embed.wte  # an untied head keeps its own matrix
         self.model.embed.wte = value
-        self.model.head.wte = [value]
+        if tied:
+            self.model.head.wte = [value]
 
     def get_output_embeddings(self) -> None:
-        return None  # the head reads model.embed.wte itself: nothing for transformers to tie
+        return None  # the head reads its matrix itself (module docstring): nothing for transformers to tie
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:

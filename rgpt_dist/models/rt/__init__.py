@@ -26,7 +26,12 @@ with them), the MLP as the shared layers', the untied head vocabulary-parallel l
 step all-reduces O's and the MLP's outputs once per position and layer (rt.model.RTLayer says what that
 costs). tp = 2 x dp = 2 reproduces one rank (tests/models/rt/test_rt_tp.py).
 
-Declared unsupported (`refusals`, each quoted by its refusal): the Hugging Face export;
+Hugging Face export: rgpt_dist.export.hf_looped_writer (remote code shipping model.py and tiled.py):
+the adapter's transformers cache holds each layer's persistent pairs in DynamicLayers (make_cache(store=)),
+so beam search, batch selection and crop work on it (no carried state); the untied head is stored as
+embed.unembed (config.json: tie_word_embeddings false).
+
+Declared unsupported (`refusals`, each quoted by its refusal): parallel.compile=blocks' layers;
 parallel.compile=model by config validation (`run_problems`). Imports no torch.
 """
 from __future__ import annotations
@@ -52,11 +57,8 @@ class RTSpec(FamilySpec):
     dense_reference = {name: name.replace("rt-", "rt-dense-", 1) for name in FLAVOURS}
     kv_strategies = ("full",)
     cached_generation = True
-    hf_writer = ""
+    hf_writer = "rgpt_dist.export.hf_looped_writer:write_hf_looped"  # ships model.py, tiled.py (remote code)
     refusals = {
-        "hf_writer": "no Hugging Face adapter handles the RT: the looped writer's adapter expects a head tied to "
-                     "embed.wte and make_cache(..., store=) building transformers' cache layers, which RT's untied "
-                     "head and per-position decoding (RTLayer.decode) do not provide yet",
         "compile_blocks": "parallel.compile=blocks compiles the head only: an RT layer is not a shared-layer Block, "
                           "and compiling RTLayer whole would unroll its per-position scan; the per-position step "
                           "(O, the MLP, the persistent pair) is not yet a module of its own that one graph could serve",

@@ -33,7 +33,7 @@ tensor-parallel splits (q, kv column, O row, heads whole per shard), as the shar
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.nn as nn
@@ -43,7 +43,7 @@ from rgpt_dist.models.block_options import layer_norm, mlp_kind
 from rgpt_dist.models.kv_cache import KVCache
 from rgpt_dist.models.layers import (MLP, Embeddings, LayerFactory, LMHead, ModelOutput, SwiGLU, alibi_slopes,
                                     rope_base, rope_rotate)
-from rgpt_dist.models.rt import tiled
+from rgpt_dist.models.rt.tiled import naive_scan, scan as tiled_scan   # (names: the HF export ships modules)
 from rgpt_dist.models.rt.config import RTConfig
 
 Scan = Callable[..., tuple[torch.Tensor, torch.Tensor]]
@@ -161,6 +161,14 @@ class RTLayer(nn.Module):
         return z[:, None]
 
 
+def _export_problems(cfg) -> list[str]:
+    """A Hugging Face export's config (RGPTConfig: the same fields, no problems(), possibly hand-edited):
+    what only this module reads (the shared layers check the block options themselves)."""
+    if cfg.prefill not in ("tiled", "naive"):
+        return [f"model.prefill={cfg.prefill!r} is not one of tiled, naive"]
+    return []
+
+
 class RT(nn.Module):
     """Token embedding -> n_layer RT layers -> final norm -> head (untied unless tie_embeddings)."""
 
@@ -169,7 +177,7 @@ class RT(nn.Module):
     def __init__(self, cfg: RTConfig, factory: LayerFactory | None = None):
         super().__init__()
         factory = factory or LayerFactory()
-        problems = cfg.problems("model")
+        problems = cfg.problems("model") if hasattr(cfg, "problems") else _export_problems(cfg)
         if problems:
             raise ValueError("; ".join(problems))
         self.cfg = cfg
@@ -183,22 +191,27 @@ class RT(nn.Module):
         self.head = LMHead(cfg, factory, self.embed.wte if cfg.tie_embeddings else self.embed.unembed)
 
     def scan(self) -> Scan:
-        return tiled.scan if self.cfg.prefill == "tiled" else tiled.naive_scan
+        return tiled_scan if self.cfg.prefill == "tiled" else naive_scan
 
     def checkpoint_units(self, mode: str) -> list[nn.Module]:
         """Every layer (any mode): its forward is a pure function of its input."""
         return list(self.layers)
 
     def make_cache(self, strategy: str = "full", r: int | None = None, max_len: int | None = None,
-                   fixed: bool = False) -> KVCache:
+                   fixed: bool = False, store: Callable[[], Any] | None = None) -> KVCache:
         """An empty cache of each layer's persistent K/V (n_layer stores; static of max_len tokens,
-        default block_size; fixed: for fixed-shape, compiled, decoding: rgpt_dist.models.kv_cache).
-        Only `full` (the persistent pairs are exact: there is nothing to compress) and no depth r."""
+        default block_size; fixed: for fixed-shape, compiled, decoding: rgpt_dist.models.kv_cache), or
+        dynamic ones made by `store` (the Hugging Face export's transformers DynamicLayers; not with
+        max_len or fixed). Only `full` (the persistent pairs are exact: there is nothing to compress)
+        and no depth r."""
         if r is not None:
             raise ValueError(f"RT has no recurrence depth: r={r} is not supported")
         if strategy != "full":
             raise ValueError(f"RT's KV cache strategy must be 'full', got {strategy!r} (the persistent pairs are "
                              "the layer's own outputs; no compressed strategy is defined)")
+        if store is not None:  # (KVCache refuses store with max_len or fixed, naming both)
+            return KVCache(self.cfg.n_layer, strategy=strategy, block_size=self.cfg.block_size, store=store,
+                           max_len=max_len, fixed=fixed)
         return KVCache(self.cfg.n_layer, strategy=strategy, block_size=self.cfg.block_size,
                        max_len=self.cfg.block_size if max_len is None else max_len, fixed=fixed)
 

@@ -88,6 +88,37 @@ def test_sigkill_and_restart_is_bitwise(runs, dataset, tmp_path):
     assert all(torch.equal(a.state_dict[k], b.state_dict[k]) for k in a.state_dict)
 
 
+def test_rgpt_export_reloads_and_generates_as_the_checkpoint(runs, tmp_path):
+    """rgpt-export of the one-rank run writes the native and the Hugging Face export (remote code, this
+    checkout's: rgpt-eval's default policy runs it); both give the checkpoint's logits bitwise, and the
+    HF one its cached greedy generation (tests/export/test_hf_rt.py: the rest)."""
+    from transformers import AutoModelForCausalLM
+
+    from rgpt_dist.export.exporter import export
+    from rgpt_dist.export.native import load_native
+    from rgpt_dist.export.remote_code import trust_remote_code
+    from rgpt_dist.models.generate import generate
+    from tests.helpers.hf import isolated_hf
+
+    out = export(runs["one"], tmp_path / "export")
+    c = consolidate(runs["one"])
+    model = build_model(c.config.model).eval()
+    model.load_state_dict(c.state_dict)
+    native, record = load_native(out / "native")
+    V = c.config.model.vocab_size
+    idx = torch.randint(0, V, (2, 11), generator=torch.Generator().manual_seed(0))
+    with isolated_hf(tmp_path / "home"), torch.no_grad():
+        hf = AutoModelForCausalLM.from_pretrained(out / "hf", trust_remote_code=trust_remote_code(out / "hf")).eval()
+        logits = hf(idx).logits
+        seq = hf.generate(idx, attention_mask=torch.ones_like(idx), max_new_tokens=8, do_sample=False,
+                          pad_token_id=hf.config.eos_token_id)
+    with torch.no_grad():
+        expected = model(idx).logits
+        assert record["step"] == STEPS and torch.equal(native(idx).logits, expected)
+    torch.testing.assert_close(logits, expected[..., :V], atol=0, rtol=0)
+    assert torch.equal(seq, generate(model, idx, 8, strategy="full", eos_token_id=hf.config.eos_token_id))
+
+
 @pytest.mark.parametrize("prefill", ["tiled", "naive"])
 def test_every_parameter_is_read_inside_its_own_modules_forward(prefill):
     """What ZeRO-3 needs (it gathers a module's parameters in that module's forward hooks): in a
