@@ -6,8 +6,10 @@ full backpropagation, the gate against plain injection) each group's fit and a c
     groups_of(["runs"], [], study="trunc")  # a case study of the sweep against its baseline, at its budgets
     analyse(groups, out)   # out/phi.{json,md,png} for one group; out/<name>/... and out/compare.{md,json}
 
-The difference of two groups' phi gets its interval from the two bootstraps, drawn independently: the
-k-th resample of one minus the k-th of the other is a draw of the difference (the groups share no run).
+The difference of two groups' phi gets its interval from the two bootstraps, drawn independently (each
+group's resamples from its own seed): the k-th resample of one minus the k-th of the other is a draw of
+the difference. (The case studies share their r = 1 runs with their baselines: the interval ignores
+that overlap, so it is a little wider than a paired one.)
 No torch import.
 """
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from rgpt_dist.config.phi_sweep import STUDIES, group_patterns
 from rgpt_dist.eval import strict_json
 from rgpt_dist.eval.phi.fit import PhiInputError, bootstrap, fit_law
 from rgpt_dist.eval.phi.report import write_report
@@ -51,38 +54,39 @@ def groups_of(runs: list[str], specs: list[str], study: str | None = None) -> di
         parsed[name] = patterns.split(",")
     if len(parsed) < 2:
         raise PhiInputError("--group compares groups: give at least two (or the runs alone for one fit)")
-    groups: dict[str, list[str]] = {}
-    for name, patterns in parsed.items():
-        groups[name] = []
-        for pattern in patterns:
-            found = sorted(glob.glob(pattern))
-            if not found:
-                raise PhiInputError(f"--group {name}: {pattern!r} matches nothing")
-            groups[name] += found
-    return groups
+    return {name: _expand(name, patterns) for name, patterns in parsed.items()}
 
 
 def _study_groups(runs: list[str], specs: list[str], study: str) -> dict[str, list[str]]:
     """The case study's runs (its r = 1 runs borrowed from its baseline where they are the same run)
     and its baseline's at the case study's budgets, under the runs directory RUNS."""
-    from rgpt_dist.config.phi_sweep import STUDIES, group_patterns
-
     cases = [name for name, s in STUDIES.items() if s.baseline]
     if study not in cases:
         raise PhiInputError(f"--study {study!r}: the sweep's case studies are {', '.join(cases)}")
     if specs or len(runs) != 1:
         raise PhiInputError(f"--study {study} takes exactly one runs directory (the sweep's), and no --group")
-    root = runs[0].rstrip("/")
-    spec = [f"{study}=" + ",".join(f"{root}/{p}" for p in group_patterns(study)),
-            f"{STUDIES[study].baseline}=" + ",".join(f"{root}/{p}" for p in group_patterns(study, baseline=True))]
-    return groups_of([], spec)
+    root = glob.escape(runs[0])  # a literal directory; only the sweep's patterns are globs
+    return {name: _expand(name, [f"{root}/{p}" for p in group_patterns(study, baseline=base)])
+            for name, base in ((study, False), (STUDIES[study].baseline, True))}
 
 
-def fit_group(paths: list[str], *, restarts: int, samples: int, seed: int) -> dict[str, Any]:
-    """The observations of the runs, the three fits and the bootstrap of the free one."""
+def _expand(name: str, patterns: list[str]) -> list[str]:
+    """Every path the patterns match (each sorted), refusing a pattern that matches nothing."""
+    paths: list[str] = []
+    for pattern in patterns:
+        found = sorted(glob.glob(pattern))
+        if not found:
+            raise PhiInputError(f"--group {name}: {pattern!r} matches nothing")
+        paths += found
+    return paths
+
+
+def fit_group(paths: list[str], *, restarts: int, samples: int, seed: int, boot_seed: int) -> dict[str, Any]:
+    """The observations of the runs, the three fits (starts drawn from `seed`) and the bootstrap of the
+    free one (resamples from `boot_seed`)."""
     obs, records = read_observations(paths)
     fits = {label: fit_law(obs, phi=phi, restarts=restarts, seed=seed) for label, phi in FIXED.items()}
-    boot = bootstrap(obs, samples=samples, seed=seed, restarts=restarts, fit=fits["phi free"])
+    boot = bootstrap(obs, samples=samples, seed=boot_seed, restarts=restarts, fit=fits["phi free"])
     sampled = [rec["run"] for rec in records if rec.get("sampled")]
     return {"obs": obs, "records": records, "fits": fits, "boot": boot, "sampled": sampled}
 
@@ -90,7 +94,10 @@ def fit_group(paths: list[str], *, restarts: int, samples: int, seed: int) -> di
 def analyse(groups: dict[str, list[str]], out: Path, *, restarts: int = 500, samples: int = 200,
             seed: int = 0) -> str:
     """Fits every group, writes the reports into `out` and returns the markdown summary."""
-    results = {name: fit_group(paths, restarts=restarts, samples=samples, seed=seed) for name, paths in groups.items()}
+    # the k-th group's bootstrap draws from seed + k: the groups' resamples are independent (their
+    # cells need not correspond), so the k-th draws' difference is a draw of the difference of phi
+    results = {name: fit_group(paths, restarts=restarts, samples=samples, seed=seed, boot_seed=seed + k)
+               for k, (name, paths) in enumerate(groups.items())}
     for name, res in results.items():
         write_report(res["obs"], res["fits"], {"phi free": res["boot"].intervals}, out / name if name else out)
     summary = _summary(results)

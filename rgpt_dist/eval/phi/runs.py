@@ -26,6 +26,7 @@ from rgpt_dist.config import load_config
 from rgpt_dist.eval.grid import FINISHED, summarize_run
 from rgpt_dist.eval.phi.fit import Observation, PhiInputError
 from rgpt_dist.flops import expected_depth, param_split
+from rgpt_dist.models.spec import spec_for
 
 BUDGET_TOLERANCE = 0.10
 """Runs whose training FLOPs differ by less than this fraction share a budget (a sweep's runs reach
@@ -75,8 +76,6 @@ def observe(run_dir: Path) -> tuple[dict[str, Any], str | None]:
 
 def _sampled(model) -> bool:
     """Whether the training depth is drawn (then r is E[r], not a depth every step ran)."""
-    from rgpt_dist.models.spec import spec_for
-
     sampler = spec_for(model).depth_sampler(model)
     return sampler is not None and len(sampler.pmf()) > 1
 
