@@ -30,7 +30,8 @@ def _remove_leftovers():
 
 @pytest.fixture(scope="session")
 def dataset(tmp_path_factory):
-    """The project's own source tokenized at seq_len 32 (tests.helpers.runs.prepare_dataset), prepared
+    """The frozen test corpus (the package's source at one commit, tests/helpers/corpus.py) tokenized at
+    seq_len 32 (tests.helpers.runs.prepare_dataset), prepared
     once per session for every module that trains on it (a module may still define its own
     `dataset`). Read-only: copy it before changing anything in it."""
     from tests.helpers.runs import prepare_dataset

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.dist import ROOT, torchrun
+from tests.helpers.corpus import CORPUS
+from tests.helpers.dist import torchrun
 
 # family-independent shrinking, then the quickstart RecurrentGPT's depth settings
 BASE = ["train.seq_len=32", "train.micro_batch_size=2", "train.global_batch_size=8", "train.warmup_steps=2",
@@ -20,10 +21,11 @@ DP = ["model.sigma_x=0", "model.sigma_g=0", "train.max_steps=5", "eval.every_ste
 
 
 def prepare_dataset(out: Path) -> Path:
-    """The project's own source tokenized at seq_len 32 (30% validation). Tests share one per session:
-    the `dataset` fixture of tests/conftest.py."""
+    """The frozen corpus (the package's source at one commit, tests/helpers/corpus.py: edits of the
+    package no longer change the tests' data) tokenized at seq_len 32 (30% validation). Tests share
+    one per session: the `dataset` fixture of tests/conftest.py."""
     from data_prep.cli import main as prep
-    assert prep([str(ROOT / "rgpt_dist"), "--out", str(out), "--seq-len", "32", "--val-fraction", "0.3"]) == 0
+    assert prep([str(CORPUS), "--out", str(out), "--seq-len", "32", "--val-fraction", "0.3"]) == 0
     return out
 
 
