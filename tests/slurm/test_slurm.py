@@ -48,7 +48,7 @@ def submit(cluster, script, runs: Path, overrides: list[str], *sbatch_args: str)
 def test_sbatch_test_only_accepts_every_script(cluster):
     """The real headers (8 GPUs, 64 CPUs per node, time, requeue, signal) against a node that
     declares a GPU node's resources."""
-    assert len(SCRIPTS) == 6  # the five <scale>_<grid>.sh cells and phi_grid.sh
+    assert len(SCRIPTS) == 7  # the five <scale>_<grid>.sh cells, phi_grid.sh and rt_grid.sh
     for script in SCRIPTS:
         done = cluster.run("sbatch", "--test-only", str(script), cwd=ROOT, check=False)
         assert done.returncode == 0, (script.name, done.stderr)

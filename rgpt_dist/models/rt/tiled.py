@@ -26,7 +26,7 @@ result does not depend on them), so they are detached: the gradient is exact and
 Scores: s_tj = scale * q_t . k_j - slope_h * (t - j) (ALiBi when `slopes` (H,) is given; the temporary
 pair is at distance 0). `counter` (tests, benchmarks) receives counter['pairs'] += (N, N) int64 visits
 (query, key), the temporary (t, t) pairs on the diagonal, and counter['key_reads'] += the keys read.
-No torch.distributed here: heads are whatever the caller holds (a tensor-parallel rank's share).
+No process-group code here: heads are whatever the caller holds (a tensor-parallel rank's share).
 """
 from __future__ import annotations
 
