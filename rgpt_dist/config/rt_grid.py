@@ -24,6 +24,7 @@ from rgpt_dist.config.base import from_dict
 from rgpt_dist.config.experiments import run_config, write_configs
 from rgpt_dist.config.flavours import flavour
 from rgpt_dist.config.model import ModelConfig
+from rgpt_dist.models.rt.config import SHAPES
 
 SEQ_LEN, GLOBAL_BATCH, MICRO_BATCH = 512, 512, 16
 TOKENS_PER_STEP = SEQ_LEN * GLOBAL_BATCH
@@ -37,8 +38,6 @@ PEAK_FLOPS, MFU, GPUS_PER_NODE = 989e12, 0.4, 8
 
 def names() -> list[str]:
     """Run names in array order: per setting, the RT flavour then its dense partner."""
-    from rgpt_dist.models.rt.config import SHAPES
-
     return [name for shape in SHAPES for name in (f"rt-{shape}", f"rt-dense-{shape}")]
 
 
