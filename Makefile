@@ -6,7 +6,7 @@ PIP     := $(PY) -m pip
 STAMP   := .venv/.installed
 export PYTHONHASHSEED := 0
 
-.PHONY: venv vocab test test-fast quickstart quickstart-eval compare compare-rt ablation phi algorithmic rlt bench configs lock clean
+.PHONY: venv vocab test test-fast quickstart quickstart-eval compare compare-rt ablation phi algorithmic rlt thinking bench configs lock clean
 
 venv: $(STAMP)
 
@@ -124,6 +124,23 @@ rlt: venv
 	mkdir -p $(RLT_RUNS)
 	($(call RLT_LANE,42,43)) & a=$$!; ($(call RLT_LANE,43,42)) & b=$$!; wait $$a; ra=$$?; wait $$b && test $$ra = 0
 	$(PY) launcher/algo.py table $(RLT_RUNS)/parity-*-s4[23]/eval-last/eval.json --out $(RLT_RUNS)/table
+
+# Silent-thinking depth recurrence at CPU scale (#28, docs/thinking.md): the graph-reachability task,
+# thinking-graph-debug (width 64, FFN 128; the authors' width 128, FFN 256), seeds 42 and 43 side by
+# side (one process each), 3,000 steps of 64 examples (192,000; the authors' 40 epochs of 12,000 are
+# 7,480 steps), everything else the authors' recipe (configs/thinking/graph.yaml). Each run's last
+# checkpoint is scored over the authors' grid (hops 1-12 x steps 1-20, 500 examples per hop count)
+# and rgpt-think table writes runs/thinking/table/{table.md,table.json,frontier_*.png}.
+THINK_RUNS := runs/thinking
+THINK_CPU  := train.max_steps=3000 eval.every_steps=500 checkpoint.every_steps=500 log.wandb=disabled
+THINK_RUN = run=$(THINK_RUNS)/graph-debug-s$(1); \
+	$(CPU_ENV) $(PY) launcher/think.py train graph --model thinking-graph-debug --seed $(1) --out $$run $(THINK_CPU) \
+	  > $$run.log 2>&1 && $(CPU_ENV) $(PY) launcher/think.py frontier $$run >> $$run.log 2>&1 \
+	  || { echo "graph seed $(1) failed: see $$run.log"; exit 1; }; echo "graph seed $(1) done"
+thinking: venv
+	mkdir -p $(THINK_RUNS)
+	($(call THINK_RUN,42)) & a=$$!; ($(call THINK_RUN,43)) & b=$$!; wait $$a; ra=$$?; wait $$b && test $$ra = 0
+	$(PY) launcher/think.py table $(THINK_RUNS)/graph-debug-s4[23]/frontier/frontier.json --out $(THINK_RUNS)/table
 
 bench: vocab
 	$(PY) benchmarks/model_throughput.py

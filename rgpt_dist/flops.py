@@ -103,8 +103,9 @@ def recompute_flops(cfg: ModelConfig, seq_len: int, r: float | None, mode: str) 
 
 
 def head_flops(cfg: ModelConfig) -> float:
-    """The tied LM head per token, forward: 2 d V (padded vocabulary: the matmul actually run)."""
-    return 2.0 * cfg.d_model * cfg.padded_vocab_size
+    """The output head per token, forward (FamilySpec.head_flops: an LM head's 2 d V, padded
+    vocabulary: the matmul actually run)."""
+    return float(spec_for(cfg).head_flops(cfg))
 
 
 def expected_depth(cfg: ModelConfig) -> float | None:

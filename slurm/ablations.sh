@@ -5,7 +5,7 @@
 # Every setting and environment override: docs/cluster.md. Shared logic: slurm/common.sh. The longest
 # task (a small-cell run of 20k steps) needs about 0.7 node-hours at 40% MFU (rgpt-flops --budget).
 #SBATCH --job-name=rgpt-ablations
-#SBATCH --array=0-25
+#SBATCH --array=0-26
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-node=8
@@ -17,7 +17,8 @@
 #SBATCH --output=logs/%x-%A_%a.out
 
 # Array task ids (new runs are appended, so an id keeps its meaning); rows the main grid trains
-# (Fig. 5's dense baseline and full model, the B.1 / B.6 defaults) are its runs, not repeated here:
+# (Fig. 5's dense baseline and full model, the B.1 / B.6 defaults, the gate-thinking run's partner) are its
+# runs, not repeated here:
 #    0  ablation-fig5-2-recurrence
 #    1  ablation-fig5-3-prelude-coda
 #    2  ablation-fig5-4-state-noise
@@ -44,6 +45,7 @@
 #   23  ablation-b1-seed42-dense
 #   24  ablation-b1-seed123-recurrentgpt
 #   25  ablation-b1-seed123-dense
+#   26  ablation-b6-gate-thinking
 # shellcheck disable=SC2034  # read by common.sh
 BUDGETED=0  # whole experiment names: configs/experiments/<name>.yaml
 # shellcheck disable=SC2034
@@ -56,6 +58,7 @@ MODELS=(
     ablation-b5-sigma0 ablation-b5-sigma0.05 ablation-b5-sigma0.2
     ablation-b6-gatebias0 ablation-b6-gatebias-2 ablation-b6-sigma0
     ablation-b6-sigma0.2 ablation-b1-seed42-recurrentgpt ablation-b1-seed42-dense
-    ablation-b1-seed123-recurrentgpt ablation-b1-seed123-dense)
+    ablation-b1-seed123-recurrentgpt ablation-b1-seed123-dense
+    ablation-b6-gate-thinking)
 # shellcheck source-path=SCRIPTDIR source=common.sh
 source "${RGPT_ROOT:-${SLURM_SUBMIT_DIR:-.}}/slurm/common.sh"

@@ -124,12 +124,17 @@ def task_config(task: str) -> Path:
 
 
 def train(args) -> int:
+    return launch(args, task_config(args.task))
+
+
+def launch(args, config: Path) -> int:
+    """Validates config + the arguments' overrides for args.nproc processes (Refused naming every
+    problem), records the run (RUN_DIR/algo_run.json) and runs the trainer (rgpt-think's train too)."""
     from rgpt_dist.config import ConfigError, load_config
     from rgpt_dist.durable import atomic_write_text
     from rgpt_dist.safe_paths import out_dir
     from rgpt_dist.train.preflight import preflight
 
-    config = task_config(args.task)
     args.out = str(out_dir(args.out))          # absolute: the record and the trainer agree on it
     overrides = train_overrides(args)
     try:

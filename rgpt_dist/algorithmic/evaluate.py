@@ -204,8 +204,8 @@ def _batches(task, split: str, length, limit: int | None, batch_size: int):
             for s in range(0, limit, batch_size))
 
 
-def _model_label(run_dir: Path, config: dict) -> tuple[str, dict]:
-    """The model's name for tables (the flavour `rgpt-algo train` recorded, else family + layer count)
+def model_label(run_dir: Path, config: dict) -> tuple[str, dict]:
+    """The model's name for tables (the flavour `rgpt-algo train` or `rgpt-think train` recorded, else family + layer count)
     and the run record (empty when the run was started another way)."""
     record = {}
     path = run_dir / RUN_RECORD
@@ -237,7 +237,7 @@ def evaluate_run(run_dir: str | Path, lengths=None, limit: int | None = None, ba
     grid = eval_lengths(task, lengths)
     check_positions(task, grid, config.get("model") or {})
     selection = (select_checkpoint if checkpoint == "best" else select_last)(run_dir, config)
-    model, step = _load(selection.tag_dir, device, trust)
+    model, step = load_model(selection.tag_dir, device, trust)
     val = {}
     pooled = Counts()
     for n in task.lengths("val"):
@@ -245,7 +245,7 @@ def evaluate_run(run_dir: str | Path, lengths=None, limit: int | None = None, ba
         val["pooled" if n is None else str(n)] = c.to_dict()
         pooled = pooled + c
     test = {str(n): score(model, _batches(task, "test", n, limit, batch_size), device).to_dict() for n in grid}
-    label, record = _model_label(run_dir, config)
+    label, record = model_label(run_dir, config)
     metric = primary_metric(task.name)
     trained = capped(task, int((config.get("data") or {}).get("task_train_max") or 0)).train_lengths  # the run's grid
     return {"task": task.name, "model": label, "family": (config.get("model") or {}).get("family"),
@@ -259,7 +259,7 @@ def evaluate_run(run_dir: str | Path, lengths=None, limit: int | None = None, ba
             "train_lengths": [min(trained), max(trained)]}
 
 
-def _load(tag_dir: Path, device: str, trust: bool):
+def load_model(tag_dir: Path, device: str, trust: bool):
     """The checkpoint's model (fp32, eval mode, on `device`) and its step."""
     import torch
 

@@ -8,6 +8,9 @@ slurm/ablations.sh runs them as one array (its task table is `ABLATIONS`' order)
     b5      state noise sigma_x in {0, 0.05, 0.1, 0.2}, medium, 5k steps (Appendix B.5)
     b6      gate bias {0, -2} and sigma_x {0, 0.2} at the full horizon, small, 20k (Appendix B.6)
     b1      seeds 42 and 123 of the small RecurrentGPT and its dense model, 20k (Appendix B.1)
+    b6-gate the silent-thinking paper's stability ingredients (issue #28) as a pair, small, 20k:
+            `gate-recurrentgpt` the paper's gate (bias +4, no LayerScale: the defaults, written out)
+            vs `gate-thinking` (gate bias +2 = the thinking gate's b_z = -2, LayerScale 1e-4)
 
 Rows the main grid already trains are not repeated: Fig. 5's dense baseline and full model are
 gpt2-small-20k and recurrentgpt-small-isoflops-20k, and the defaults of B.1 and B.6 (seed 1337,
@@ -37,7 +40,12 @@ ROWS = {
     "6-gate": lambda cell: {},
 }
 REUSED = {"ablation-fig5-1-dense": "gpt2-small-20k", "ablation-fig5-6-gate": f"{SMALL}-20k",
-          "ablation-b6-default": f"{SMALL}-20k", "ablation-b1-seed1337": f"{SMALL}-20k and gpt2-small-20k"}
+          "ablation-b6-default": f"{SMALL}-20k", "ablation-b1-seed1337": f"{SMALL}-20k and gpt2-small-20k",
+          "ablation-b6-gate-recurrentgpt": f"{SMALL}-20k"}
+
+# issue #28: the silent-thinking paper's two stability ingredients on the small cell; its partner, the
+# paper's gate (+4) without LayerScale, is the main grid's recurrentgpt-small-isoflops-20k (REUSED)
+THINKING_PAIR = {"gate-thinking": {"gate_bias_init": 2.0, "layerscale": 1e-4}}
 
 
 def _model(cell: str, **fields: Any) -> dict[str, Any]:
@@ -68,6 +76,8 @@ def ablations() -> dict[str, dict[str, Any]]:
     for seed in (42, 123):
         runs[f"ablation-b1-seed{seed}-recurrentgpt"] = (SMALL, 20000, {"seed": seed})
         runs[f"ablation-b1-seed{seed}-dense"] = ("gpt2-small", 20000, {"seed": seed})
+    for name, fields in THINKING_PAIR.items():  # appended last: the array's task ids keep their meaning
+        runs[f"ablation-b6-{name}"] = (_model(SMALL, **fields), 20000, {})
     return {name: run_config(name, model, steps, **train) for name, (model, steps, train) in runs.items()}
 
 

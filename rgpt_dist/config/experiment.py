@@ -58,9 +58,22 @@ class Config(Section):
         """With data.task: every training and validation example fits train.seq_len (and a learned
         position table), and its token ids fit the vocabulary."""
         from rgpt_dist.algorithmic import TASKS
+        from rgpt_dist.thinking.tasks import TASKS as THINKING
 
-        task = TASKS.get(self.data.task) if self.data.task else None
-        if task is None:  # none, or unknown (DataConfig reports it)
+        if not self.data.task:
+            return []
+        try:
+            suite = spec_for(self.model).task_suite
+        except (ValueError, TypeError, AttributeError):  # an unknown family: its own check reports it
+            return []
+        if self.data.task in THINKING or suite == "thinking":
+            if self.data.task in THINKING and suite == "thinking":
+                return []  # the thinking model's spec checks the pair (ThinkingSpec.run_problems)
+            wants = "a thinking model (model=graph, logic, relational or *-debug)" if suite != "thinking" else \
+                f"a thinking task ({', '.join(THINKING)})"
+            return [f"data.task={self.data.task!r} with model.family={self.model.family!r}: this pair needs {wants}"]
+        task = TASKS.get(self.data.task)
+        if task is None:  # unknown (DataConfig reports it)
             return []
         need = max(task.max_tokens_of("train"), task.max_tokens_of("val"))
         where = f"the longest {task.name} training or validation example has {need} tokens"

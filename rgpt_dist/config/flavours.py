@@ -14,7 +14,7 @@ import yaml
 
 from rgpt_dist.config.base import ConfigError, from_dict
 from rgpt_dist.config.model import ModelConfig
-from rgpt_dist.models.spec import families
+from rgpt_dist.models.spec import all_specs
 
 SCALES = {"small": (768, 12), "medium": (1024, 16), "large": (1280, 20)}
 """Paper scale -> (d_model, n_head)."""
@@ -49,7 +49,7 @@ class _FromSpecs(Mapping):
 
     def _get(self) -> dict:
         if self._data is None:
-            self._data = {k: v for spec in families().values() for k, v in getattr(spec, self._attribute).items()}
+            self._data = {k: v for spec in all_specs().values() for k, v in getattr(spec, self._attribute).items()}
         return self._data
 
     def __getitem__(self, key):

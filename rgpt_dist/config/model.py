@@ -6,7 +6,7 @@ import dataclasses
 from typing import ClassVar
 
 from rgpt_dist.config.base import Section, out_of_bounds
-from rgpt_dist.models.spec import families
+from rgpt_dist.models.spec import all_specs
 
 # Upper bounds on sizes: generous, but finite, so that a typo (d_model=2^20: a 50k x 1M embedding
 # alone is 200 GB) fails at validation, naming the value, instead of as an allocation failure later.
@@ -83,8 +83,8 @@ class ModelConfig(Section):
 
     @classmethod
     def variants(cls) -> dict[str, type[Section]]:
-        """Every registered family's config class (rgpt_dist.models.spec discovers the families)."""
-        return {name: spec.config for name, spec in families().items()}
+        """Every registered config class, families and task models (rgpt_dist.models.spec discovers them)."""
+        return {name: spec.config for name, spec in all_specs().items()}
 
     @property
     def padded_vocab_size(self) -> int:

@@ -40,8 +40,9 @@ class DataConfig(Section):
     a directory given here must be this user's, mode 0700)."""
     task: str = ""
     """An algorithmic task of the RLT paper to train on (rgpt_dist.algorithmic.TASKS: parity,
-    s5_standard, s5_swaps, mod5_flat, mod5_brackets, addition), generated on the fly
-    (rgpt_dist.data.algorithmic); "" = the token shards of `paths` (which a task leaves unused, as
+    s5_standard, s5_swaps, mod5_flat, mod5_brackets, addition; rgpt_dist.data.algorithmic) or a
+    thinking task (rgpt_dist.thinking.tasks.TASKS: graph, logic, relational; a thinking model's,
+    rgpt_dist.thinking.loader), generated on the fly; "" = the token shards of `paths` (which a task leaves unused, as
     it does the splits, shuffle, workers and eval.batches: validation is the task's whole validation
     set)."""
     task_train_max: int = 0
@@ -53,9 +54,14 @@ class DataConfig(Section):
         out = []
         if self.task:
             from rgpt_dist.algorithmic import TASKS  # numpy only: configs stay torch-free
-            if self.task not in TASKS:
-                out.append(f"{path}.task={self.task!r} is not an algorithmic task: expected one of "
-                           f"{', '.join(sorted(TASKS))}")
+            from rgpt_dist.thinking.tasks import TASKS as THINKING
+            if self.task in THINKING:
+                if self.task_train_max:
+                    out.append(f"{path}.task_train_max={self.task_train_max!r} caps an algorithmic task's "
+                               f"training lengths; thinking task {self.task!r} has none (0)")
+            elif self.task not in TASKS:
+                out.append(f"{path}.task={self.task!r} is not an algorithmic task ({', '.join(sorted(TASKS))}) "
+                           f"or a thinking task ({', '.join(THINKING)})")
             elif self.task_train_max:
                 from rgpt_dist.algorithmic import capped
                 out += capped.problems(TASKS[self.task], self.task_train_max, f"{path}.task_train_max")

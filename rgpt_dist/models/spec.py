@@ -76,6 +76,13 @@ class FamilySpec:
     False) and 'hf_writer' (empty: no Hugging Face export); every refusal quotes it. 'compile_blocks':
     parallel.compile=blocks runs but compiles less than the family's layers (the reason says what)."""
 
+    task_suite: ClassVar[str] = "algorithmic"
+    """The suite whose tasks `data.task` may name for this model: `algorithmic` (a language model on
+    the RLT paper's tasks, rgpt_dist.data.algorithmic) or `thinking` (rgpt_dist.thinking.loader)."""
+    language_model: ClassVar[bool] = True
+    """False for a task model (TASK_MODEL_MODULES): built, validated and trained like a family, but
+    not one of `families()` (no Table 1 row, no generation or export)."""
+
     # ---- construction ----------------------------------------------------------------------
     def build(self, cfg: Any, factory: Any = None) -> Any:
         return _load(self.model)(cfg, factory)
@@ -176,6 +183,10 @@ class FamilySpec:
         attend over whole chunks). Defaults to `sequence_flops`."""
         return self.sequence_flops(cfg, seq_len, r)
 
+    def head_flops(self, cfg: Any) -> float:
+        """The output head's forward FLOPs per token: the LM head's 2 d V (padded vocabulary)."""
+        return 2.0 * cfg.d_model * cfg.padded_vocab_size
+
     def executed_overhead_flops(self, cfg: Any, r: float | None = None) -> float:
         """Matmul FLOPs a forward at depth r runs once, whatever its number of tokens (RRT: forming
         its merged weights)."""
@@ -210,6 +221,16 @@ def block_flops(cfg: Any, seq_len: int) -> float:
 
 
 _SPECS: dict[str, FamilySpec] | None = None
+TASK_MODEL_MODULES = ("rgpt_dist.thinking.spec",)
+"""Modules defining the `SPEC` of a task model: a classifier trained by the same trainer on a task
+suite (`language_model = False`), not a language-model family."""
+
+
+def _register(specs: dict[str, FamilySpec], spec: Any) -> None:
+    if isinstance(spec, FamilySpec):
+        if spec.name in specs:
+            raise RuntimeError(f"model family {spec.name!r} is registered twice")
+        specs[spec.name] = spec
 
 
 def _discover() -> dict[str, FamilySpec]:
@@ -217,28 +238,30 @@ def _discover() -> dict[str, FamilySpec]:
 
     specs: dict[str, FamilySpec] = {}
     for info in sorted(pkgutil.iter_modules(models.__path__), key=lambda m: m.name):
-        if not info.ispkg:
-            continue
-        spec = getattr(importlib.import_module(f"{models.__name__}.{info.name}"), "SPEC", None)
-        if isinstance(spec, FamilySpec):
-            if spec.name in specs:
-                raise RuntimeError(f"model family {spec.name!r} is registered twice")
-            specs[spec.name] = spec
+        if info.ispkg:
+            _register(specs, getattr(importlib.import_module(f"{models.__name__}.{info.name}"), "SPEC", None))
+    for module in TASK_MODEL_MODULES:
+        _register(specs, getattr(importlib.import_module(module), "SPEC", None))
     return specs
 
 
-def families() -> dict[str, FamilySpec]:
-    """Every registered family: name -> spec (discovered once)."""
+def all_specs() -> dict[str, FamilySpec]:
+    """Every registered spec, language-model families and task models: name -> spec (discovered once)."""
     global _SPECS
     if _SPECS is None:
         _SPECS = _discover()
     return _SPECS
 
 
+def families() -> dict[str, FamilySpec]:
+    """The language-model families (what grids, exports and the family contract iterate): name -> spec."""
+    return {name: spec for name, spec in all_specs().items() if spec.language_model}
+
+
 def spec_for(family_or_cfg: Any) -> FamilySpec:
-    """The spec of a family name or of a model config."""
+    """The spec of a family (or task model) name or of a model config."""
     family = family_or_cfg if isinstance(family_or_cfg, str) else family_or_cfg.family
-    specs = families()
+    specs = all_specs()
     if family not in specs:
         raise ValueError(f"unknown model family {family!r} (known: {', '.join(specs)})")
     return specs[family]

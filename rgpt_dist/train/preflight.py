@@ -18,10 +18,12 @@ def preflight(cfg: Config, world_size: int) -> list[str]:
     if t.global_batch_size % (t.micro_batch_size * dp):
         out.append(f"train.global_batch_size={t.global_batch_size} is not divisible by train.micro_batch_size="
                    f"{t.micro_batch_size} x {dp} data-parallel ranks")
+    from rgpt_dist.data.suites import source_problems
+    out += source_problems(cfg)
     splits = [cfg.data.train_split] + ([cfg.data.val_split] if cfg.eval.every_steps > 0 else [])
     if cfg.data.task and cfg.eval.every_steps > 0:  # a task is generated: data.paths are unused
-        from rgpt_dist.data.algorithmic import validation_problem
-        out += validation_problem(cfg.data.task, dp)
+        from rgpt_dist.data.suites import validation_problem
+        out += validation_problem(cfg, dp)
     for i, root in enumerate([] if cfg.data.task else cfg.data.paths):
         if "://" not in root:
             out += [f"data.paths[{i}]={root!r}: {problem}"

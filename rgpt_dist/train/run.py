@@ -29,18 +29,13 @@ EXIT_REFUSED = 2  # like a bad config: nothing ran, nothing was written
 
 
 def _loaders(cfg: Config, dims: ParallelDims):
-    """(training loader, validation batches) from the data source: an algorithmic task
-    (data.task) or token shards. Every rank reads; the tp ranks of a replica read the same samples
+    """(training loader, validation batches) from the data source: a task (data.task, of the model's
+    suite: rgpt_dist.data.suites) or token shards. Every rank reads; the tp ranks of a replica read the same samples
     (a task's loader is indexed by dp rank; for shards, streaming's `replication`)."""
     d, t = cfg.data, cfg.train
     if d.task:
-        from rgpt_dist.data.algorithmic import TaskLoader, validation_batches
-
-        train = TaskLoader(d.task, t.seq_len, t.micro_batch_size, t.global_batch_size, dims.dp, dims.dp_rank,
-                           d.task_train_max)
-        val = validation_batches(d.task, t.seq_len, t.micro_batch_size, dims.dp, dims.dp_rank) \
-            if cfg.eval.every_steps else []
-        return train, val
+        from rgpt_dist.data.suites import task_loaders
+        return task_loaders(cfg, dims.dp, dims.dp_rank)
     common = dict(batch_size=t.micro_batch_size, seed=t.seed, num_canonical_nodes=d.num_canonical_nodes,
                   cache_dir=d.cache_dir or None, replication=dims.tp if dims.tp > 1 else None)
     train = token_loader(token_dataset(d.paths, d.train_split, shuffle=d.shuffle, **common), t.micro_batch_size,

@@ -1,15 +1,15 @@
-"""rgpt_dist.algorithmic.evaluate._model_label: a run's name in the tables names the model fields its
+"""rgpt_dist.algorithmic.evaluate.model_label: a run's name in the tables names the model fields its
 command line changed, so two runs of one flavour with different models never share a column."""
 from __future__ import annotations
 
 import json
 
-from rgpt_dist.algorithmic.evaluate import RUN_RECORD, _model_label
+from rgpt_dist.algorithmic.evaluate import RUN_RECORD, model_label
 
 
 def _label(tmp_path, overrides):
     (tmp_path / RUN_RECORD).write_text(json.dumps({"model": "rlt-debug", "overrides": overrides}))
-    return _model_label(tmp_path, {"model": {"family": "rlt"}})[0]
+    return model_label(tmp_path, {"model": {"family": "rlt"}})[0]
 
 
 def test_model_overrides_are_named_in_order(tmp_path):
@@ -20,4 +20,4 @@ def test_model_overrides_are_named_in_order(tmp_path):
 
 
 def test_a_run_without_a_record_is_named_by_family_and_depth(tmp_path):
-    assert _model_label(tmp_path, {"model": {"family": "gpt2", "n_layer": 4}}) == ("gpt2-4L", {})
+    assert model_label(tmp_path, {"model": {"family": "gpt2", "n_layer": 4}}) == ("gpt2-4L", {})

@@ -22,7 +22,7 @@ TINY = ["model.d_model=16", "model.n_head=2", "model.n_layer=1", "model.d_ff=32"
         "train.warmup_steps=1", "train.micro_batch_size=8", "train.global_batch_size=8", "train.lr=3e-3",
         "train.min_lr=3e-4", "eval.every_steps=2", "checkpoint.every_steps=2", "checkpoint.keep_last=1",
         "log.every_steps=1", "log.wandb=disabled"]
-# the tables' name of the model: the flavour and the model fields TINY changes (evaluate._model_label)
+# the tables' name of the model: the flavour and the model fields TINY changes (evaluate.model_label)
 LABEL = "rlt-transformer-debug d_model=16 n_head=2 n_layer=1 d_ff=32"
 
 

@@ -63,6 +63,10 @@ def main():
         "recurrent_gpt": compare(RecurrentGPTConfig(n_pre=1, n_rec=2, n_coda=1, n_loops=4, sigma_x=0.3,
                                                     sigma_g=0.3, **COMMON), rank, tp,
                                  r=3, noise_key=NoiseKey(seed=5, step=2, micro_batch=1)),
+        # the core's LayerScale gains (issue #28): replicated, multiplying the all-reduced branch outputs
+        "recurrent_gpt_layerscale": compare(RecurrentGPTConfig(n_pre=1, n_rec=2, n_coda=1, n_loops=4, layerscale=0.1,
+                                                               **COMMON), rank, tp,
+                                            r=3, noise_key=NoiseKey(seed=5, step=2, micro_batch=1)),
     }
     with open(f"{sys.argv[1]}.{rank}.json", "w") as f:
         json.dump(results, f)

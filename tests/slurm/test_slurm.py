@@ -60,6 +60,13 @@ def test_sbatch_test_only_accepts_the_ablation_array(cluster):
     assert done.returncode == 0 and "to start at" in done.stderr, done.stderr
 
 
+def test_sbatch_test_only_accepts_the_thinking_array(cluster):
+    """The silent-thinking study's 36 array tasks (CPUs only) and one study's range."""
+    for extra in ([], ["--array=18-35"]):
+        done = cluster.run("sbatch", "--test-only", *extra, str(ROOT / "slurm" / "thinking.sh"), cwd=ROOT, check=False)
+        assert done.returncode == 0 and "to start at" in done.stderr, done.stderr
+
+
 def test_sbatch_test_only_accepts_the_algorithmic_array(cluster):
     """The RLT paper's grid (298 array tasks, CPUs only) and a study subset as `submit` computes it."""
     for extra in ([], ["--array=0-107,288-297"]):

@@ -41,17 +41,20 @@ class RecurrentGPTSpec(LoopedSpec):
 
     def extra_params(self, cfg: Any) -> int:
         """W_proj 2d^2 (no bias; d^2 for injection=state, 0 for none), gate MLP 2d^2 + d + d^2 + d
-        and two gate LayerNorms (none for gate=none)."""
+        and two gate LayerNorms (none for gate=none), and LayerScale's two gains of d per core block
+        (layerscale > 0 only)."""
         d = cfg.d_model
         proj = {"concat": 2, "state": 1, "none": 0}[cfg.injection] * d * d
         norm = 2 * d if cfg.bias and cfg.norm == "layernorm" else d  # RMSNorm: a gain only
         gate = (3 * d * d + 2 * d) + 2 * norm if cfg.gate == "learned" else 0
-        return proj + gate
+        layerscale = 2 * d * cfg.n_rec if getattr(cfg, "layerscale", 0.0) > 0 else 0  # 0: before the field
+        return proj + gate + layerscale
 
     def step_params(self, cfg: Any) -> int:
-        """All of `extra_params`: W_proj, the gate MLP and its two norms live in the recurrence module
-        and run at every step with the same weights (the h_pre halves' products are computed once
-        per forward, but the weights act on every step's input): N_rec beside the n_rec core blocks."""
+        """All of `extra_params`: W_proj, the gate MLP and its two norms (and the core's LayerScale
+        gains) live in the recurrence module and run at every step with the same weights (the h_pre
+        halves' products are computed once per forward, but the weights act on every step's
+        input): N_rec beside the n_rec core blocks."""
         return self.extra_params(cfg)
 
     @staticmethod

@@ -30,7 +30,17 @@ class RecurrentGPTConfig(LoopedConfig):
     tau: float = 1.0
     """Gate temperature: g = sigmoid(f_g(...) / tau + eps_g)."""
     gate_bias_init: float = 4.0
-    """Initial bias of the gate MLP's second layer (+4 gives g = sigmoid(4) = 0.982 at init)."""
+    """Initial bias b of the gate MLP's second layer, any finite value: g ~ sigmoid(b / tau) of the
+    *old* state is kept at init (+4: 0.982). The silent-thinking paper's identity-biased gate
+    z = sigmoid(W_z [h'; h] + b_z), h <- z h' + (1 - z) h, puts its bias on the *new* state: its
+    b_z = -2 keeps 1 - sigmoid(-2) = sigmoid(2) = 0.881 of the old one, i.e. gate_bias_init = +2 here
+    (at tau = 1). The inputs differ (model.py's module doc): this gate reads [LN(h^(i-1)), LN(h_pre)]
+    through a 2-layer MLP, not [h'; h] through one linear map."""
+    layerscale: float = 0.0
+    """LayerScale (Touvron et al. 2021, the silent-thinking paper's recurrent block): 0 = off (no
+    parameters, the model and its checkpoints bitwise as before); > 0 = learned per-channel gains of
+    width d on the attention and MLP branches of the shared core's blocks only (not the prelude or
+    coda), initialised to this value (the paper: 1e-4). Finite, >= 0."""
     # ---- component switches (the paper's sequential ablation, Fig. 5; defaults: the full model) ----
     injection: Literal["concat", "state", "none"] = "concat"
     """What feeds the core: `concat` W_proj [h + eps_x, h_pre] (prelude re-injection, the full
@@ -46,7 +56,7 @@ class RecurrentGPTConfig(LoopedConfig):
     def problems(self, path: str) -> list[str]:
         out = super().problems(path)
         out += out_of_bounds(path, ">", 0, tau=self.tau)
-        out += out_of_bounds(path, ">=", 0, sigma_x=self.sigma_x, sigma_g=self.sigma_g)
+        out += out_of_bounds(path, ">=", 0, sigma_x=self.sigma_x, sigma_g=self.sigma_g, layerscale=self.layerscale)
         for name, allowed in (("injection", ("concat", "state", "none")), ("gate", ("learned", "none")),
                               ("state_noise", ("every_step", "init"))):
             if getattr(self, name) not in allowed:

@@ -15,8 +15,26 @@ only, from keyed generators (rgpt_dist.noise), so recomputation redraws the same
 r = 0 runs the prelude then the coda. `all_exits` applies coda + head to every h^(k), k = 0..r;
 `stats` returns the gate statistics of every step. Embeddings, prelude, coda, head, KV cache and the
 forward loop are the shared skeleton (rgpt_dist.models.looped).
+
+Two stability ingredients of the silent-thinking paper (related_abstracts.txt, first abstract), as
+switches (issue #28):
+- LayerScale, cfg.layerscale > 0: each core block becomes x + gamma_1 * attn(LN(x)), then
+  x + gamma_2 * mlp(LN(x)), gamma_k (d,) learned, initialised to cfg.layerscale. The core only, as
+  the paper's recurrent block: the prelude and coda blocks stay plain. 0 (default): no gains, no
+  parameters, the model bitwise as before. At a small init the core is near identity on its input,
+  which here is h~ = W_proj [h + eps_x, h_pre], not h: o ~ h~ (the paper's block returns about
+  its own input, h plus a depth embedding).
+- The identity-biased gate is this model's gate, with the convention flipped: the paper writes
+  h <- z h' + (1 - z) h, z = sigmoid(W_z [h'; h] + b_z), b_z = -2 (z weights the new state h');
+  here g weights the old state, so its b_z = -2 is gate_bias_init = +2 (keep sigmoid(2) = 0.881 of
+  h^(i-1) at init, tau = 1). What the gate reads differs: the paper's single linear map reads the
+  block's output h' and the old state h, raw; f_g here reads [LN(h^(i-1)), LN(h_pre)] (old state
+  and prelude anchor, not the candidate o) through Linear -> SiLU -> Linear, divided by tau, with
+  noise eps_g in training. No [o; h] gate input is offered.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn as nn
@@ -24,9 +42,40 @@ import torch.nn.functional as F
 
 from rgpt_dist.models.recurrent_gpt.config import RecurrentGPTConfig
 from rgpt_dist.models.kv_cache import LayerCache
-from rgpt_dist.models.layers import Block, LayerFactory, layer_norm
+from rgpt_dist.models.layers import Block, Deltas, LayerFactory, layer_norm
 from rgpt_dist.models.looped import LoopedLM
 from rgpt_dist.noise import NoiseKey
+
+
+def layerscale_init(cfg) -> float:
+    """cfg.layerscale: 0.0 for a config from before the field (an older export's config.json); a
+    value RecurrentGPTConfig.problems would refuse (a hand-edited config.json) is refused here."""
+    value = getattr(cfg, "layerscale", 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"layerscale={value!r} must be a finite number >= 0")
+    return float(value)
+
+
+class LayerScaleBlock(Block):
+    """Block with LayerScale (Touvron et al. 2021) on both residual branches:
+
+        x = x + gamma_1 * attn(LN(x)),   x = x + gamma_2 * mlp(LN(x)),   gamma_k (d,) = `init` at init
+
+    The gains are plain parameters over the residual width, created after the block's layers (which
+    draw the same random init as a Block's): replicated under tensor parallelism like a norm's
+    gain (each multiplies the row-parallel output after its all-reduce, so every rank computes the
+    same gradient), 1-D so never weight-decayed, and partitioned by ZeRO as any parameter."""
+
+    def __init__(self, cfg, factory: LayerFactory, out_std: float, init: float):
+        super().__init__(cfg, factory, out_std)
+        self.ls_1 = nn.Parameter(torch.full((cfg.d_model,), init))
+        self.ls_2 = nn.Parameter(torch.full((cfg.d_model,), init))
+
+    def forward(self, x: torch.Tensor, cache: LayerCache | None = None, delta: Deltas | None = None,
+                mask: torch.Tensor | None = None, pos: torch.Tensor | None = None) -> torch.Tensor:
+        """As Block.forward, each branch's output (B, T, d) scaled per channel before the residual add."""
+        x = x + self.ls_1 * self.attn(self.ln_1(x), cache, delta, mask, pos)
+        return x + self.ls_2 * self.mlp(self.ln_2(x), delta)
 
 
 class GatedRecurrence(nn.Module):
@@ -51,7 +100,9 @@ class GatedRecurrence(nn.Module):
             self.proj_h = factory.linear(d, d, bias=False, parallel="row", input_is_parallel=False, init_std=std)
         if cfg.injection == "concat":
             self.proj_pre = factory.linear(d, d, bias=False, parallel="row", input_is_parallel=False, init_std=std)
-        self.blocks = nn.ModuleList(Block(cfg, factory, out_std) for _ in range(cfg.n_rec))
+        ls = layerscale_init(cfg)  # 0: plain Blocks (no gains: the state dict as before LayerScale)
+        self.blocks = nn.ModuleList(LayerScaleBlock(cfg, factory, out_std, ls) if ls > 0
+                                    else Block(cfg, factory, out_std) for _ in range(cfg.n_rec))
         if self.gated:
             self.ln_h = layer_norm(cfg)
             self.ln_pre = layer_norm(cfg)

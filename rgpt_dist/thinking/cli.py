@@ -1,0 +1,131 @@
+"""rgpt-think: the silent-thinking study, one command per step (docs/thinking.md).
+
+    rgpt-think train graph --model thinking-graph --seed 42 --out runs/thinking/graph-s42
+    rgpt-think train graph --model thinking-graph-debug --seed 43 --out RUN train.max_steps=2000
+    rgpt-think train graph --model thinking-graph --seed 42 --out RUN model.supervision_alpha=0.5
+    rgpt-think frontier RUN                       # RUN/frontier: the task's (difficulty x steps) grid
+    rgpt-think frontier RUN --difficulties 2,4,6 --steps 1,2,4,8 --n 200 --out DIR
+    rgpt-think table runs/thinking --out runs/thinking/table      # mean ± SD over seeds, heatmaps
+
+train: configs/thinking/TASK.yaml (the authors' recipe) + model=FLAVOUR + train.seed=S +
+log.run_dir=OUT + the key=value overrides, validated before any process starts (exit 2 naming the
+value), then the project's trainer through torchrun (--nproc processes, default 1), as rgpt-algo's.
+frontier: the last checkpoint (--checkpoint best: minimum validation loss), every test difficulty
+of the task and every thinking step of the authors' grid (rgpt_dist.thinking.frontier).
+table: every frontier.json under the sources grouped by (task, model); mean and sample SD over seeds.
+Exit status 2 with one line on bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rgpt_dist.algorithmic.cli import ROOT, Refused, _names, _parser as _algo_parser, _positive, _write_into, launch
+
+CONFIG_DIR = ROOT / "configs" / "thinking"
+PROG = "rgpt-think"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        self.exit(2, f"{PROG}: {message} (see {PROG} --help)\n")
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} must be comma-separated integers") from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    t = sub.add_parser("train", help="train one (task, model, seed) run with the authors' recipe")
+    t.add_argument("task", help="graph, logic or relational")
+    t.add_argument("--model", required=True, help="flavour (thinking-graph, thinking-graph-debug, thinking-logic-fixed, ...)")
+    t.add_argument("--seed", type=int, required=True, help="initialisation seed (the authors: 42, 43, 44)")
+    t.add_argument("--out", required=True, help="run directory (log.run_dir)")
+    t.add_argument("--nproc", type=_positive, default=1, help="training processes (default 1)")
+    t.add_argument("overrides", nargs="*", help="key=value config overrides, applied last")
+    f = sub.add_parser("frontier", help="accuracy over (difficulty x thinking steps) of a run's checkpoint")
+    f.add_argument("run_dir")
+    f.add_argument("--difficulties", type=_ints, help="comma-separated (default: the authors' test grid)")
+    f.add_argument("--steps", type=_ints, help="comma-separated thinking steps (default: the authors' grid)")
+    f.add_argument("--n", type=_positive, help="examples per difficulty, even (default: the authors' bucket)")
+    f.add_argument("--batch-size", type=_positive, default=100, help="examples per forward (default 100)")
+    f.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
+    f.add_argument("--checkpoint", choices=("last", "best"), default="last",
+                   help="last: train.max_steps (default, the authors'); best: minimum validation loss")
+    f.add_argument("--out", help="output directory (default RUN_DIR/frontier)")
+    f.add_argument("--trust-checkpoint", action="store_true",
+                   help="UNSAFE: load checkpoint files that need full unpickling (runs code the file names)")
+    s = sub.add_parser("table", help="mean and SD over seeds of frontier.json files")
+    s.add_argument("sources", nargs="+", help="frontier.json files or directories searched for them")
+    s.add_argument("--out", required=True, help="output directory")
+    return p
+
+
+def train(args) -> int:
+    from rgpt_dist.thinking.tasks import TASKS
+
+    if args.task not in TASKS:
+        raise Refused(f"unknown thinking task {args.task!r}: expected one of {', '.join(TASKS)}")
+    config = CONFIG_DIR / f"{args.task}.yaml"
+    if not config.is_file():
+        raise Refused(f"{config} is missing")
+    return launch(args, config)
+
+
+def frontier(args) -> int:
+    from rgpt_dist.thinking.frontier import frontier_run, write_frontier
+
+    result = frontier_run(args.run_dir, args.difficulties, args.steps, args.n, args.batch_size, args.device,
+                          args.trust_checkpoint, args.checkpoint)
+    paths = _write_into(args.out or Path(args.run_dir) / "frontier", lambda tmp: write_frontier(result, tmp))
+    print(Path(paths["md"]).read_text())
+    print(f"wrote {', '.join(str(p) for p in paths.values())}")
+    return 0
+
+
+def table(args) -> int:
+    from rgpt_dist.thinking.frontier import load_frontiers, write_table
+
+    paths = _write_into(args.out, lambda tmp: write_table(load_frontiers(args.sources), tmp))
+    print(Path(paths["md"]).read_text())
+    print(f"wrote {', '.join(str(p) for p in paths.values())}")
+    return 0
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    stray = [a for a in extra if args.command != "train" or a.startswith("-") or "=" not in a]
+    if stray:
+        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    if args.command == "train":
+        args.overrides = [*args.overrides, *extra]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse(argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 2
+    from rgpt_dist.algorithmic.evaluate import EvalError
+    from rgpt_dist.durable import UnsafePath
+    from rgpt_dist.safe_paths import UnsafeOutput
+    from rgpt_dist.thinking.frontier import FrontierError
+    from rgpt_dist.thinking.tasks import ThinkingTaskError
+
+    refusals = (Refused, EvalError, FrontierError, ThinkingTaskError, UnsafeOutput, UnsafePath, FileNotFoundError)
+    if args.command == "frontier":
+        from rgpt_dist.export.consolidate import ExportError
+        refusals += (ExportError,)
+    try:
+        return {"train": train, "frontier": frontier, "table": table}[args.command](args)
+    except refusals as e:
+        print(f"{PROG}: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2

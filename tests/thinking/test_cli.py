@@ -1,0 +1,54 @@
+"""rgpt-think's table (mean and sample SD over seeds, one heatmap per group) and its refusals."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from rgpt_dist.thinking.cli import main as think
+
+
+def frontier(path, seed, acc, model="thinking-graph-debug"):
+    path.mkdir(parents=True)
+    (path / "frontier.json").write_text(json.dumps({
+        "task": "graph", "model": model, "seed": seed, "checkpoint_choice": "last", "difficulties": [2, 6],
+        "steps": [1, 8], "n": 500, "train_range": [1, 5], "accuracy": acc}))
+
+
+def test_the_table_averages_seeds_cell_by_cell(tmp_path, capsys):
+    frontier(tmp_path / "runs/a", 42, [[0.5, 1.0], [0.5, 0.9]])
+    frontier(tmp_path / "runs/b", 43, [[0.6, 1.0], [0.5, 0.7]])
+    frontier(tmp_path / "runs/c", 42, [[0.5, 0.5], [0.5, 0.5]], model="thinking-graph-debug-fixed")
+    assert think(["table", str(tmp_path / "runs"), "--out", str(tmp_path / "t")]) == 0
+    data = json.loads((tmp_path / "t/table.json").read_text())["groups"]
+    ours = next(g for g in data if g["model"] == "thinking-graph-debug")
+    assert ours["seeds"] == [42, 43] and np.allclose(ours["mean"], [[0.55, 1.0], [0.5, 0.8]])
+    assert np.allclose(ours["sd"], [[np.std([0.5, 0.6], ddof=1), 0.0], [0.0, np.std([0.9, 0.7], ddof=1)]])
+    fixed = next(g for g in data if g["model"] == "thinking-graph-debug-fixed")
+    assert fixed["sd"] == [[None, None], [None, None]]          # one seed: no SD, never 0
+    md = (tmp_path / "t/table.md").read_text()
+    assert "| 6 (OOD) | 50.00 ± 0.00 | 80.00 ± 14.14 |" in md and "n/a" in md
+    assert len(list((tmp_path / "t").glob("frontier_*.png"))) == 2
+
+
+def test_a_seed_twice_or_a_broken_file_is_refused(tmp_path, capsys):
+    frontier(tmp_path / "a", 42, [[0.5, 1.0], [0.5, 0.9]])
+    frontier(tmp_path / "b", 42, [[0.5, 1.0], [0.5, 0.9]])
+    assert think(["table", str(tmp_path), "--out", str(tmp_path / "t")]) == 2
+    assert "appears twice" in capsys.readouterr().err
+    (tmp_path / "b/frontier.json").write_text('{"task": "graph"}')
+    assert think(["table", str(tmp_path / "b"), "--out", str(tmp_path / "t")]) == 2
+    assert "not a frontier record" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["train", "parity", "--model", "thinking-graph", "--seed", "1"], "unknown thinking task 'parity'"),
+    (["train", "graph", "--model", "thinking-logic", "--seed", "1"], "model.readout_k=1 differs"),
+    (["train", "graph", "--model", "thinking-graph", "--seed", "1", "model.max_steps=4"], "model.train_steps_max=8"),
+    (["train", "graph", "--model", "gpt2-debug", "--seed", "1"], "this pair needs a thinking model"),
+    (["train", "graph", "--model", "thinking-graph", "--seed", "1", "data.task="], "trains on a thinking task"),
+])
+def test_train_refuses_bad_input_before_any_process(tmp_path, argv, message, capsys):
+    assert think([*argv[:2], *argv[2:], "--out", str(tmp_path / "run")]) == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "run").exists()
