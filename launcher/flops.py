@@ -14,7 +14,8 @@ With --budget each target gets one row per budget: total training FLOPs (3 x Eq.
 head included, x tokens/step x steps), GPU-hours at the assumed peak and MFU, and hours on one node
 of --gpus-per-node GPUs (perfect scaling; evaluation, checkpoints and restarts not included).
 --grid takes every model Table 1 trains (the runs of configs/experiments/, each dense baseline once)
-and, with --budget, ends with the whole grid's GPU-hours per budget.
+and, with --budget, the compute-matched runs on their own steps (<cell>-flopmatched: MoR at its
+dense model's training FLOPs), and ends with the whole grid's GPU-hours per budget.
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ import math
 import sys
 
 from rgpt_dist.config import DENSE_REFERENCE, FLAVOURS, ConfigError, load_config
-from rgpt_dist.config.experiments import BUDGETS, trained_flavours
+from rgpt_dist.config.experiments import (BUDGETS, FLOP_MATCHED, flop_matched_cells, flop_matched_steps,
+                                          trained_flavours)
 from rgpt_dist.flops import gpu_hours, report, solve_isoflops, total_train_flops
 from rgpt_dist.models.spec import spec_for
 
@@ -32,7 +34,8 @@ _COLUMNS = [("name", "{}"), ("layout", "{}"), ("params", "{:,.0f}"), ("params_no
             ("params_once", "{:,.0f}"), ("params_rec", "{:,.0f}"), ("unique_blocks", "{}"),
             ("block_executions", "{}"), ("fwd_flops_per_token", "{:.4g}"),
             ("head_flops_per_token", "{:.4g}"), ("expected_r", "{}"), ("train_flops_per_token", "{:.4g}"),
-            ("fwd_ratio_to_dense", "{:.3f}"), ("paper_params", "{:.3g}"), ("paper_flops_fwd", "{:.3g}"),
+            ("fwd_ratio_to_dense", "{:.3f}"), ("train_ratio_to_dense", "{:.3f}"), ("paper_params", "{:.3g}"),
+            ("paper_flops_fwd", "{:.3g}"),
             ("paper_fwd_ratio_to_dense", "{:.3f}")]
 _COST_COLUMNS = [("name", "{}"), ("layout", "{}"), ("params", "{:,.0f}"), ("expected_r", "{}"),
                  ("train_flops_per_token", "{:.4g}"), ("budget", "{}"), ("steps", "{:,}"), ("tokens", "{:.4g}"),
@@ -129,10 +132,12 @@ def _cost_table(rows: list[dict], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def _costs(row: dict, cfg, tokens_per_step: int, args: argparse.Namespace) -> list[dict]:
-    """One row per budget: the report row plus the run's totals."""
+def _costs(row: dict, cfg, tokens_per_step: int, args: argparse.Namespace, steps_of=lambda steps: steps) -> list[dict]:
+    """One row per budget: the report row plus the run's totals (`steps_of`: the run's steps at a
+    budget's, for a FLOP-matched run)."""
     out = []
-    for budget, steps in args.budget:
+    for budget, budget_steps in args.budget:
+        steps = steps_of(budget_steps)
         hours = gpu_hours(cfg, args.seq_len, steps, tokens_per_step, args.gpu_peak, args.mfu)
         out.append({**row, "budget": budget, "steps": steps, "tokens_per_step": tokens_per_step,
                     "tokens": steps * tokens_per_step,
@@ -163,6 +168,12 @@ def main(argv: list[str] | None = None) -> int:
                             for c in out["candidates"]))
             return 0
         rows = []
+        if args.grid and args.budget:  # the compute-matched runs of the grid, on their own steps
+            for cell in flop_matched_cells():
+                full = load_config(cell, args.set)
+                row = report(f"{cell}-{FLOP_MATCHED}", full.model, args.seq_len, load_config(DENSE_REFERENCE[cell]).model)
+                rows += _costs(row, full.model, args.tokens_per_step or full.train.global_batch_size * args.seq_len,
+                               args, lambda steps, cell=cell: flop_matched_steps(cell, steps))
         for target in trained_flavours() if args.grid else args.targets or list(FLAVOURS):
             full = load_config(target, args.set)
             cfg = full.model

@@ -197,10 +197,11 @@ def report(name: str, cfg: ModelConfig, seq_len: int, dense: ModelConfig | None)
         "expected_r": expected_depth(cfg), "train_flops_per_token": train_flops(cfg, seq_len),
         "seq_len": seq_len,
     }
+    flags = []
     if dense is not None:
         row["fwd_ratio_to_dense"] = row["fwd_flops_per_token"] / forward_flops(dense, seq_len)
         row["train_ratio_to_dense"] = row["train_flops_per_token"] / train_flops(dense, seq_len)
-    flags = []
+        flags += compute_flags(row["fwd_ratio_to_dense"], row["train_ratio_to_dense"])
     spec, table = spec_for(cfg), paper_table1()
     parts = spec.param_breakdown(cfg)  # reported apart, e.g. RRT's LoRA ("+LoRA" in Table 1)
     row.update({f"params_{part}": n for part, n in parts.items()})
@@ -226,6 +227,19 @@ def report(name: str, cfg: ModelConfig, seq_len: int, dense: ModelConfig | None)
                 flags.append(f"fwd FLOPs ratio to dense {row['fwd_ratio_to_dense']:.3f} vs paper {paper_ratio:.3f}")
     row["flags"] = flags
     return row
+
+
+COMPUTE_TOLERANCE = 0.05
+"""A row whose forward or training FLOPs per token differ from its cell's dense model by more than
+this is flagged (`rgpt-flops`, `rgpt-eval grid`): the comparison is then not at equal compute."""
+
+
+def compute_flags(fwd_ratio: float | None, train_ratio: float | None) -> list[str]:
+    """The flags of a row's FLOPs per token relative to its dense model (forward at R, training at
+    E[r] with what training adds, e.g. Ouro's every-iteration readout)."""
+    return [f"{what} FLOPs/token {ratio:.2f}x the dense model's" for what, ratio in
+            (("forward", fwd_ratio), ("training", train_ratio))
+            if ratio is not None and abs(ratio - 1) > COMPUTE_TOLERANCE]
 
 
 def _dense_name(cfg: ModelConfig) -> str | None:

@@ -5,7 +5,7 @@
 #   sbatch --nodes=2 --time=06:00:00 slurm/small_isoflops.sh        # any #SBATCH line, from the command line
 # Every setting and environment override: docs/cluster.md. Shared logic: slurm/common.sh.
 #SBATCH --job-name=rgpt-small-isoflops
-#SBATCH --array=0-5
+#SBATCH --array=0-6
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-node=8
@@ -17,8 +17,9 @@
 #SBATCH --output=logs/%x-%A_%a.out
 
 # Array task ids: 0 the dense baseline, 1 RecurrentGPT, then the competitors in the order they arrived
-# (2 heavy-tail Poisson, 3 RRT, 4 Ouro, 5 Mixture-of-Recursions); new models are appended, so an id keeps its meaning.
+# (2 heavy-tail Poisson, 3 RRT, 4 Ouro, 5 Mixture-of-Recursions), 6 Mixture-of-Recursions at the dense model's
+# training FLOPs (more steps: issue #29); new models are appended, so an id keeps its meaning.
 # shellcheck disable=SC2034  # read by common.sh
-MODELS=(gpt2-small recurrentgpt-small-isoflops poisson-small-isoflops rrt-small-isoflops ouro-small-isoflops mor-small-isoflops)
+MODELS=(gpt2-small recurrentgpt-small-isoflops poisson-small-isoflops rrt-small-isoflops ouro-small-isoflops mor-small-isoflops mor-small-isoflops-flopmatched)
 # shellcheck source-path=SCRIPTDIR source=common.sh
 source "${RGPT_ROOT:-${SLURM_SUBMIT_DIR:-.}}/slurm/common.sh"

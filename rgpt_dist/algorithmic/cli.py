@@ -216,9 +216,10 @@ def _write_into(out, write):
     return out / Path(result).name
 
 
-def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    """The arguments; train's key=value overrides may come before or after its options."""
-    parser = _parser()
+def parse(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
+    """The arguments (of `parser`, default rgpt-algo's; rgpt-think's shares the rule): train's
+    key=value overrides may come before or after its options."""
+    parser = parser or _parser()
     args, extra = parser.parse_known_args(argv)
     stray = [a for a in extra if args.command != "train" or a.startswith("-") or "=" not in a]
     if stray:

@@ -57,11 +57,11 @@ class Config(Section):
     def _task_problems(self) -> list[str]:
         """With data.task: every training and validation example fits train.seq_len (and a learned
         position table), and its token ids fit the vocabulary."""
-        from rgpt_dist.algorithmic import TASKS
-        from rgpt_dist.thinking.tasks import TASKS as THINKING
-
         if not self.data.task:
             return []
+        from rgpt_dist.algorithmic import TASKS  # numpy: imported only where a task is named
+        from rgpt_dist.thinking.tasks import TASKS as THINKING
+
         try:
             suite = spec_for(self.model).task_suite
         except (ValueError, TypeError, AttributeError):  # an unknown family: its own check reports it

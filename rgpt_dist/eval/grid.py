@@ -20,7 +20,7 @@ from typing import Any
 from rgpt_dist.config import FLAVOURS, load_config
 from rgpt_dist.eval import strict_json
 from rgpt_dist.eval import markdown as mdtext
-from rgpt_dist.flops import report
+from rgpt_dist.flops import compute_flags, report
 from rgpt_dist.models.spec import families, spec_for
 
 FINISHED, RUNNING, FAILED = "finished", "running", "failed-or-incomplete"
@@ -39,7 +39,7 @@ COLUMNS = ["name", "cell", "scale", "setting", "method", "family", "budget", "ma
            "params", "params_no_embedding", "seq_len", "fwd_flops_per_token", "head_flops_per_token", "expected_r",
            "train_flops_per_token", "tokens_per_step", "train_flops_total", "status", "progress", "steps_done",
            "tokens_seen", "train_flops_done", "train_loss", "val_loss", "val_step", "early_exit", "early_exit_str",
-           "dense_run", "delta_vs_dense", "fwd_ratio_to_dense", "paper_params", "paper_params_note", "paper_flops_fwd",
+           "dense_run", "delta_vs_dense", "fwd_ratio_to_dense", "train_ratio_to_dense", "paper_params", "paper_params_note", "paper_flops_fwd",
            "paper_val_loss", "last_checkpoint", "problem", "flags", "run_dir"]
 
 
@@ -251,28 +251,39 @@ def _status(row: dict[str, Any], problems: list[str], run_dir: Path, have_metric
 
 
 def _add_dense_comparison(rows: list[dict[str, Any]]) -> None:
-    """delta_vs_dense (val loss minus the dense run's) and the Eq. 1 forward ratio, against the dense
-    run of the same scale and budget (the first by name when there are several)."""
+    """delta_vs_dense (val loss minus the dense run's) and the forward (Eq. 1 at R) and training (at
+    E[r]) FLOPs-per-token ratios, against the dense run of the same scale and budget (the first by
+    name when there are several); a ratio off 1 by more than 5 % is flagged (compute_flags)."""
     dense: dict[tuple, dict[str, Any]] = {}
     for row in sorted(rows, key=lambda r: r["name"]):
         if row["setting"] == "dense" and row["scale"] and row["max_steps"]:
-            dense.setdefault((row["scale"], row["max_steps"]), row)
+            dense.setdefault((row["scale"], _cell_steps(row)), row)
     for row in rows:
-        ref = dense.get((row["scale"], row["max_steps"]))
+        ref = dense.get((row["scale"], _cell_steps(row)))
         if row["setting"] == "dense" or ref is None:
             continue
         row["dense_run"] = ref["name"]
         if row["val_loss"] is not None and ref["val_loss"] is not None:
             row["delta_vs_dense"] = row["val_loss"] - ref["val_loss"]
-        if row["fwd_flops_per_token"] and ref["fwd_flops_per_token"]:
-            row["fwd_ratio_to_dense"] = row["fwd_flops_per_token"] / ref["fwd_flops_per_token"]
+        for kind in ("fwd", "train"):
+            ours, theirs = row[f"{kind}_flops_per_token"], ref[f"{kind}_flops_per_token"]
+            if ours and theirs:
+                row[f"{kind}_ratio_to_dense"] = ours / theirs
+        row["flags"] = [*(row["flags"] or []), *compute_flags(row["fwd_ratio_to_dense"], row["train_ratio_to_dense"])]
+
+
+def _cell_steps(row: dict[str, Any]) -> int | None:
+    """The budget of the row's cell: the one its name says (20k: a FLOP-matched run trains longer in
+    its cell), else its own max_steps."""
+    named = next((t for t in row["name"].lower().split("-") if re.fullmatch(r"\d+k", t)), None)
+    return int(named[:-1]) * 1000 if named else row["max_steps"]
 
 
 def _order(row: dict[str, Any]) -> tuple:
     scale = SCALES.index(row["scale"]) if row["scale"] in SCALES else len(SCALES)
     setting = ["dense", "isoFLOPs", "isoParams"].index(row["setting"]) if row["setting"] else 3
     family = families().get(row["family"])
-    return scale, row["max_steps"] or float("inf"), setting, family.table1_row if family else 99, row["name"]
+    return scale, _cell_steps(row) or float("inf"), setting, family.table1_row if family else 99, row["name"]
 
 
 def write_table(rows: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:
@@ -297,7 +308,8 @@ def write_table(rows: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:
     return [md, csv_path, js] + ([out_dir / "ablations.md"] if ablations is not None else [])
 
 
-_HEADER = ["Model", "Config", "Layers", "Budget", "FLOPs/fwd", "Params (non-emb.)", "Train FLOPs", "Val loss",
+_HEADER = ["Model", "Config", "Layers", "Budget", "FLOPs/token fwd", "FLOPs/token train", "Params (non-emb.)",
+           "Train FLOPs", "Val loss",
            "Δ vs dense", "Paper FLOPs/fwd, Params, Val loss", "Early exit r*=0..R", "Status"]
 _SECTIONS = [("isoFLOPs", "isoFLOPs regime (matched FLOPs per forward pass)"),
              ("isoParams", "isoParams regime (matched unique parameters)")]
@@ -309,20 +321,22 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     counts = {s: sum(r["status"] == s for r in rows) for s in (FINISHED, RUNNING, FAILED)}
     out = ["# Grid summary (paper Table 1 layout)", "",
            f"{len(rows)} runs: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + ".",
-           "FLOPs/fwd: Eq. 1 forward per token at R, head excluded, S = the run's seq_len. Params: unique, tied "
-           "embedding counted once. Train FLOPs: at E[r], head included, over the whole budget. Δ: val loss minus "
-           "the dense run of the same scale and budget. Paper: Table 1 (val loss at the 20k budget only).", ""]
+           "FLOPs/token fwd: Eq. 1 forward per token at R, head excluded, S = the run's seq_len; train: per token "
+           "at E[r], head and what training adds included (Ouro's every readout); (Nx): the ratio to the dense run of "
+           "the cell, ! beyond 5 %: not a comparison at equal compute. Params: unique, tied embedding counted once. "
+           "Train FLOPs: over the whole budget. Δ: val loss minus the dense run of the same scale and budget. Paper: "
+           "Table 1 (val loss at the 20k budget only).", ""]
     ablation = [r for r in rows if r["name"].startswith("ablation-")]  # their own tables: ablations.md
     if ablation:
         out += [f"{len(ablation)} ablation runs: see ablations.md.", ""]
     placed = {r["name"] for r in ablation}
     every, rows = rows, [r for r in rows if r["name"] not in placed]
-    groups = sorted({(r["scale"], r["max_steps"]) for r in rows if r["scale"] in SCALES and r["max_steps"]},
+    groups = sorted({(r["scale"], _cell_steps(r)) for r in rows if r["scale"] in SCALES and r["max_steps"]},
                     key=lambda g: (SCALES.index(g[0]), g[1]))
     for setting, title in _SECTIONS:
         body = []
         for scale, steps in groups:
-            cell = [r for r in rows if (r["scale"], r["max_steps"]) == (scale, steps)]
+            cell = [r for r in rows if (r["scale"], _cell_steps(r)) == (scale, steps)]
             rec = [r for r in cell if r["setting"] == setting]
             dense = [r for r in cell if r["setting"] == "dense" and (rec or setting == "isoFLOPs")]
             body += [_md_row(r) for r in dense + rec]
@@ -332,6 +346,10 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     rest = [r for r in rows if r["name"] not in placed]
     if rest:
         out += ["## Other runs", "", *_md_table([_md_row(r) for r in rest]), ""]
+    unequal = [f"- {mdtext.code(r['name'])}: {'; '.join(flags)} ({mdtext.code(r['dense_run'])})"
+               for r in every for flags in [compute_flags(r["fwd_ratio_to_dense"], r["train_ratio_to_dense"])] if flags]
+    if unequal:
+        out += ["## Not at equal compute (FLOPs per token off the cell's dense run by more than 5 %)", "", *unequal, ""]
     problems = [f"- {mdtext.code(r['name'])} ({r['status']}): {mdtext.cell(r['problem'])}"
                 for r in every if r["problem"]]
     if problems:
@@ -353,9 +371,17 @@ def _md_row(r: dict[str, Any]) -> list[str]:
         paper = f"{_si(r['paper_flops_fwd'])}, {_si(r['paper_params'])}{note}, {_fmt(r['paper_val_loss'], '.2f')}"
     blocks = "-" if r["unique_blocks"] is None else str(r["unique_blocks"])
     return [model, mdtext.cell(r["layout"]), blocks, mdtext.cell(r["budget"]),
-            _si(r["fwd_flops_per_token"]), params, _si(r["train_flops_total"]), _fmt(r["val_loss"], ".4f"),
+            _per_token(r, "fwd"), _per_token(r, "train"), params, _si(r["train_flops_total"]), _fmt(r["val_loss"], ".4f"),
             _fmt(r["delta_vs_dense"], "+.4f"), mdtext.cell(paper), mdtext.cell(r["early_exit_str"]),
             mdtext.cell(f"{r['status']} {r['progress']}")]
+
+
+def _per_token(r: dict[str, Any], kind: str) -> str:
+    """FLOPs per token and, beside a dense run, its ratio to it; '!' marks a ratio off 1 by > 5 %."""
+    value, ratio = r[f"{kind}_flops_per_token"], r[f"{kind}_ratio_to_dense"]
+    if ratio is None:
+        return _si(value)
+    return f"{_si(value)} ({ratio:.2f}x{' !' if compute_flags(ratio, None) else ''})"
 
 
 def _si(x: float | None) -> str:

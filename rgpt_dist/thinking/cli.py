@@ -21,7 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from rgpt_dist.algorithmic.cli import ROOT, Refused, _names, _parser as _algo_parser, _positive, _write_into, launch
+from rgpt_dist.algorithmic.cli import ROOT, Refused, _positive, _write_into, launch, parse
 
 CONFIG_DIR = ROOT / "configs" / "thinking"
 PROG = "rgpt-think"
@@ -98,20 +98,9 @@ def table(args) -> int:
     return 0
 
 
-def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = _parser()
-    args, extra = parser.parse_known_args(argv)
-    stray = [a for a in extra if args.command != "train" or a.startswith("-") or "=" not in a]
-    if stray:
-        parser.error(f"unrecognized arguments: {' '.join(stray)}")
-    if args.command == "train":
-        args.overrides = [*args.overrides, *extra]
-    return args
-
-
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = parse(argv)
+        args = parse(argv, _parser())
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else 2
     from rgpt_dist.algorithmic.evaluate import EvalError

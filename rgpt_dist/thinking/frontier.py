@@ -175,11 +175,34 @@ def aggregate(results: list[dict]) -> list[dict]:
             raise FrontierError(f"{task} {model}: seed {seeds} appears twice ({', '.join(m['file'] for m in members)})")
         stack = np.asarray([m["accuracy"] for m in members], dtype=float)     # [seeds, difficulties, steps]
         stats = [[mean_sd(stack[:, i, j]) for j in range(len(steps))] for i in range(len(diffs))]
+        hi = members[0]["train_range"][1]
+        cells = [(i, j) for i, d in enumerate(diffs) for j, s in enumerate(steps) if d > hi and s >= d]
+        ood = mean_sd([np.mean([a[i, j] for i, j in cells]) for a in stack]) if cells else (None, None)
         out.append({"task": task, "model": model, "checkpoint": choice, "seeds": sorted(seeds),
                     "difficulties": list(diffs), "steps": list(steps), "train_range": members[0]["train_range"],
-                    "n": members[0]["n"], "mean": [[m for m, _ in row] for row in stats],
-                    "sd": [[s for _, s in row] for row in stats]})
+                    "n": members[0]["n"], "supervision_alpha": members[0].get("supervision_alpha", 0.0),
+                    "mean": [[m for m, _ in row] for row in stats], "sd": [[s for _, s in row] for row in stats],
+                    "ood_sufficient": {"mean": ood[0], "sd": ood[1], "cells": len(cells)}})
     return out
+
+
+def _supervision(groups: list[dict]) -> list[str]:
+    """Per task with runs at several supervision weights a: the mean accuracy over the cells beyond
+    the training range where steps >= difficulty (the authors' out-of-distribution measure)."""
+    lines = []
+    for task in sorted({g["task"] for g in groups}):
+        mine = sorted((g for g in groups if g["task"] == task and g["ood_sufficient"]["cells"]),
+                      key=lambda g: g["supervision_alpha"])
+        if len({g["supervision_alpha"] for g in mine}) < 2:
+            continue
+        lines += [f"### {task}: per-step supervision a against out-of-distribution accuracy (steps >= difficulty)", "",
+                  "| a | model | seeds | accuracy |", "|---|---|---|---|"]
+        for g in mine:
+            o = g["ood_sufficient"]
+            sd = None if o["sd"] is None else 100 * o["sd"]
+            lines.append(f"| {g['supervision_alpha']:g} | {g['model']} | {len(g['seeds'])} | {fmt(100 * o['mean'], sd)} |")
+        lines.append("")
+    return lines
 
 
 def write_table(results: list[dict], out: Path) -> dict[str, Path]:
@@ -195,7 +218,7 @@ def write_table(results: list[dict], out: Path) -> dict[str, Path]:
         name = f"frontier_{g['task']}_{g['model']}_{g['checkpoint']}".replace(" ", "_").replace("/", "_")
         paths[name] = heatmap(np.asarray(g["mean"]), g["difficulties"], g["steps"], title + ": mean",
                               out / f"{name}.png")
-    (out / "table.md").write_text("\n".join(lines))
+    (out / "table.md").write_text("\n".join(lines + _supervision(groups)))
     (out / "table.json").write_text(dumps({"groups": groups, "sd": "sample SD, ddof = 1; null for one seed"},
                                           indent=1) + "\n")
     return {"md": out / "table.md", "json": out / "table.json", **paths}

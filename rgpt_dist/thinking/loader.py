@@ -15,7 +15,7 @@ mean of batch means and then of rank means is the mean over the whole set.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
@@ -30,10 +30,9 @@ VAL_PER_DIFFICULTY = 64
 Batch = tuple[ThinkingInputs, torch.Tensor]
 
 
-class ThinkingLoader:
-    """An endless stream of one data-parallel rank's training micro-batches of a thinking task."""
-
-    indices = TaskLoader.indices  # the same global example indexing as the algorithmic tasks
+class ThinkingLoader(TaskLoader):
+    """An endless stream of one data-parallel rank's training micro-batches of a thinking task: the
+    algorithmic loader's indexing and iteration (`indices`, `__iter__`) over this task's batches."""
 
     def __init__(self, task: str, micro_batch_size: int, global_batch_size: int, dp: int, dp_rank: int):
         self.task = get_task(task)
@@ -51,14 +50,6 @@ class ThinkingLoader:
     def batch(self, step: int, micro: int) -> Batch:
         x = make_batch(self.task, "train", self.indices(step, micro), None, self.seq_len)
         return x, x.labels
-
-    def __iter__(self) -> Iterator[Batch]:
-        while True:
-            out = self.batch(self.step, self.micro)
-            self.micro += 1
-            if self.micro == self.accum:
-                self.step, self.micro = self.step + 1, 0
-            yield out
 
     def state_dict(self) -> dict[str, Any]:
         return {"task": self.task.name, "suite": "thinking", "step": self.step, "micro": self.micro,

@@ -18,16 +18,21 @@ d) per example, spread over the S positions (`sequence_flops`); no LM head.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import Any
 
 from rgpt_dist.config.base import out_of_bounds
 from rgpt_dist.config.model import MAX_BLOCKS, ModelConfig
 from rgpt_dist.models.spec import FamilySpec, block_flops
 from rgpt_dist.thinking.config import BASELINE_LAYERS, FLAVOURS as SETTINGS, ThinkingModelConfig, steps_sampler
-from rgpt_dist.thinking.tasks import TASKS
 
 TASK_OF = {"graph": "graph", "graph-debug": "graph", "logic": "logic", "relational": "relational"}
 """The task each setting is built for (its vocabulary, readout and positions)."""
+TASK_INPUTS = {"graph": {"vocab_size": 27, "readout_k": 2, "n_roles": 2},
+               "logic": {"vocab_size": 9, "readout_k": 1, "n_roles": 0},
+               "relational": {"vocab_size": 54, "readout_k": 1, "n_roles": 0}}
+"""What each task hands the model (its vocabulary, readout positions and roles), written out so that
+specs stay free of numpy (spec discovery runs wherever a config is read, e.g. on a bare CUDA torch
+install); tests/thinking/test_spec.py checks them against the generators."""
 
 
 @dataclasses.dataclass
@@ -50,9 +55,9 @@ class ThinkingConfig(ThinkingModelConfig, ModelConfig):
 
 
 def _flavour(setting: str, fixed: bool) -> dict[str, Any]:
-    task = TASKS[TASK_OF[setting]]
-    return {"family": "thinking", **SETTINGS[setting], "vocab_size": task.vocab_size, "readout_k": task.readout_k,
-            "fixed_layers": BASELINE_LAYERS[setting] if fixed else 0}
+    task = TASK_INPUTS[TASK_OF[setting]]
+    return {"family": "thinking", **SETTINGS[setting], "vocab_size": task["vocab_size"],
+            "readout_k": task["readout_k"], "fixed_layers": BASELINE_LAYERS[setting] if fixed else 0}
 
 
 class ThinkingSpec(FamilySpec):
@@ -73,18 +78,17 @@ class ThinkingSpec(FamilySpec):
     def run_problems(self, cfg: Any) -> list[str]:
         """A thinking task that fits the model; no compilation."""
         out = super().run_problems(cfg)
-        m, task = cfg.model, TASKS.get(cfg.data.task)
+        m, name, task = cfg.model, cfg.data.task, TASK_INPUTS.get(cfg.data.task)
         if task is None:  # none yet (a flavour loaded alone; preflight refuses training without one), or
             return out    # another suite's (Config._task_problems reports the pair)
-        if m.vocab_size < task.vocab_size:
-            out.append(f"model.vocab_size={m.vocab_size} is smaller than data.task={task.name!r}'s "
-                       f"vocabulary of {task.vocab_size}")
-        if m.readout_k != task.readout_k:
-            out.append(f"model.readout_k={m.readout_k} differs from data.task={task.name!r}'s {task.readout_k} "
+        if m.vocab_size < task["vocab_size"]:
+            out.append(f"model.vocab_size={m.vocab_size} is smaller than data.task={name!r}'s "
+                       f"vocabulary of {task['vocab_size']}")
+        if m.readout_k != task["readout_k"]:
+            out.append(f"model.readout_k={m.readout_k} differs from data.task={name!r}'s {task['readout_k']} "
                        f"readout positions")
-        roles = 2 if task.readout_k == 2 else 0  # the graph's source and target
-        if m.n_roles != roles:
-            out.append(f"model.n_roles={m.n_roles}: data.task={task.name!r} marks {roles} roles")
+        if m.n_roles != task["n_roles"]:
+            out.append(f"model.n_roles={m.n_roles}: data.task={name!r} marks {task['n_roles']} roles")
         if cfg.parallel.compile_mode() != "none":
             out.append(f"parallel.compile={cfg.parallel.compile!r} is not supported by the thinking models (none)")
         return out

@@ -161,7 +161,7 @@ def test_real_grid_cells_carry_the_paper_columns(tmp_path):
     assert big["paper_params"] == paper_table1()["recurrentgpt-large-isoparams"][0]
     assert rows["gpt2-medium-20k"]["train_flops_total"] == pytest.approx(
         train_flops(load_config("gpt2-medium").model, 1024) * 480 * 1024 * 20000)
-    assert len(grid()) == 2 * (8 + 5 + 3 + 3 + 5) and all(r["status"] == RUNNING for r in rows.values())
+    assert len(grid()) == 2 * (8 + 5 + 3 + 3 + 5 + 3) and all(r["status"] == RUNNING for r in rows.values())
 
 
 def test_competitors_take_their_table1_rows(tmp_path):
@@ -349,3 +349,35 @@ def test_an_alias_bomb_config_yaml_fails_its_run_only(tmp_path):
     bad = rows["gpt2-medium-20k"]
     assert bad["status"] == FAILED and f"{bomb / 'config.yaml'}: ConfigError" in bad["problem"]
     assert "expands to more than 100000 nodes through aliases" in bad["problem"] and len(bad["problem"]) < 1000
+
+
+def test_both_flops_columns_and_the_equal_compute_flags(tmp_path):
+    """Issue #29: every row carries forward and training FLOPs per token and their ratios to the cell's
+    dense run; a ratio off 1 by more than 5 % is flagged in the row, marked '!' in grid.md and listed.
+    Ratios recomputed here from rgpt_dist.flops on the runs' configs (MoR runs fewer FLOPs than the
+    dense model per forward, Ouro trains on many more: every iteration is read out)."""
+    names = {"gpt2-small-20k": "gpt2-debug", "mor-small-isoflops-20k": "mor-debug",
+             "ouro-small-isoflops-20k": "ouro-debug"}
+    for name, flavour in names.items():
+        make_run(tmp_path, name, flavour, train_records(100))
+    # a FLOP-matched run trains longer (its own max_steps) and is still compared within its cell's budget
+    matched = make_run(tmp_path, "mor-small-isoflops-flopmatched-20k", None, train_records(100))
+    cfg = load_config("mor-debug", SHAPE + ["train.max_steps=141", f"log.run_dir={matched}"])
+    (matched / "config.yaml").write_text(cfg.to_yaml())
+    rows = by_name(summarize(tmp_path))
+    flop = rows["mor-small-isoflops-flopmatched-20k"]
+    assert flop["max_steps"] == 141 and flop["dense_run"] == "gpt2-small-20k" and flop["train_ratio_to_dense"] is not None
+    assert list(rows)[:2] == ["gpt2-small-20k", "mor-small-isoflops-20k"]  # one cell: the dense run first
+    dense = load_config("gpt2-debug", SHAPE).model
+    for name in ("mor-small-isoflops-20k", "ouro-small-isoflops-20k"):
+        cfg, row = load_config(names[name], SHAPE).model, rows[name]
+        fwd, train = forward_flops(cfg, 128) / forward_flops(dense, 128), train_flops(cfg, 128) / train_flops(dense, 128)
+        assert row["fwd_ratio_to_dense"] == pytest.approx(fwd) and row["train_ratio_to_dense"] == pytest.approx(train)
+        flagged = f"training FLOPs/token {train:.2f}x the dense model's" in row["flags"]
+        assert flagged == (abs(train - 1) > 0.05)
+    assert rows["ouro-small-isoflops-20k"]["train_ratio_to_dense"] > 1.5  # the debug shapes: MoR's is 0.998
+    assert rows["gpt2-small-20k"]["train_ratio_to_dense"] is None  # the reference itself
+    md = markdown(list(rows.values()))
+    assert "| FLOPs/token fwd | FLOPs/token train |" in md and "## Not at equal compute" in md
+    ouro = rows["ouro-small-isoflops-20k"]
+    assert f"({ouro['train_ratio_to_dense']:.2f}x !)" in md and "- `ouro-small-isoflops-20k`: " in md

@@ -93,12 +93,17 @@ def test_bad_budget_options_exit_2(capsys, argv, message):
 
 def test_grid_costs_every_trained_run_and_totals_them(capsys):
     """--grid: one row per run of configs/experiments/ and budget; the totals are the rows' sums."""
-    from rgpt_dist.config.experiments import grid, trained_flavours
+    from rgpt_dist.config.experiments import FLOP_MATCHED, flop_matched_cells, flop_matched_steps, grid, trained_flavours
 
     assert main(["--grid", "--budget", "20k,40k", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert sorted(f"{r['name']}-{r['budget']}" for r in rows) == sorted(grid())
-    assert {r["name"] for r in rows} == set(trained_flavours()) and len(rows) == 2 * len(trained_flavours())
+    matched = {f"{c}-{FLOP_MATCHED}" for c in flop_matched_cells()}
+    assert {r["name"] for r in rows} == set(trained_flavours()) | matched and len(rows) == len(grid())
+    for r in rows:  # each on its config's steps
+        assert r["steps"] == grid()[f"{r['name']}-{r['budget']}"]["train"]["max_steps"]
+        if r["name"] in matched:
+            assert r["steps"] == flop_matched_steps(r["name"].removesuffix(f"-{FLOP_MATCHED}"), {"20k": 20000, "40k": 40000}[r["budget"]])
     assert main(["--grid", "--budget", "20k"]) == 0
     total = sum(r["gpu_hours"] for r in rows if r["budget"] == "20k")
     assert f"whole grid at 20k: {len(rows) // 2} runs, {total:,.0f} GPU-hours" in capsys.readouterr().out

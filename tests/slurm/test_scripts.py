@@ -35,7 +35,7 @@ def test_shellcheck_is_clean():
     # pinned in pyproject's `test` extra, which `make test` installs: missing is a broken setup, not a skip
     assert SHELLCHECK is not None, ("shellcheck not found on PATH or next to python: install the test extra "
                                     "(`pip install -c constraints.txt -e '.[test]'`, as `make test` does)")
-    done = subprocess.run([SHELLCHECK, "-x", *map(str, SCRIPTS), str(ABLATIONS), str(PHI_GRID),
+    done = subprocess.run([SHELLCHECK, "-x", *map(str, SCRIPTS), str(ABLATIONS), str(PHI_GRID), str(ROOT / "slurm" / "rt_grid.sh"),
                            str(ROOT / "slurm" / "common.sh")],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout
@@ -73,7 +73,7 @@ def test_dry_run_composes_srun_torchrun_and_the_config():
             "log.every_steps=5") in out  # the batch shell requeues, not the trainer
 
 
-@pytest.mark.parametrize("env,task,message", [({}, 6, "this cell has 6 models"),
+@pytest.mark.parametrize("env,task,message", [({}, 7, "this cell has 7 models"),
                                               ({"BUDGET": "30k"}, 0, "BUDGET must be 20k or 40k")])
 def test_bad_task_or_budget_is_refused(env, task, message):
     done = dry_run(ROOT / "slurm" / "small_isoflops.sh", task, **env)
@@ -96,7 +96,7 @@ def test_crafted_slurm_ids_run_nothing_and_are_refused(var, value, tmp_path):
 
 def test_a_leading_zero_task_id_is_decimal():
     done = dry_run(ROOT / "slurm" / "small_isoflops.sh", 0, SLURM_ARRAY_TASK_ID="08")
-    assert done.returncode == 2 and "array task 8: this cell has 6 models" in done.stderr
+    assert done.returncode == 2 and "array task 8: this cell has 7 models" in done.stderr
     done = dry_run(ROOT / "slurm" / "small_isoflops.sh", 0, SLURM_ARRAY_TASK_ID="01", SLURM_JOB_ID="0099")
     assert done.returncode == 0 and "recurrentgpt-small-isoflops-20k.yaml" in done.stdout
     assert "--rdzv_endpoint=localhost:20099" in done.stdout

@@ -9,11 +9,11 @@ import pytest
 from rgpt_dist.thinking.cli import main as think
 
 
-def frontier(path, seed, acc, model="thinking-graph-debug"):
+def frontier(path, seed, acc, model="thinking-graph-debug", alpha=0.0):
     path.mkdir(parents=True)
     (path / "frontier.json").write_text(json.dumps({
         "task": "graph", "model": model, "seed": seed, "checkpoint_choice": "last", "difficulties": [2, 6],
-        "steps": [1, 8], "n": 500, "train_range": [1, 5], "accuracy": acc}))
+        "steps": [1, 8], "n": 500, "train_range": [1, 5], "accuracy": acc, "supervision_alpha": alpha}))
 
 
 def test_the_table_averages_seeds_cell_by_cell(tmp_path, capsys):
@@ -30,6 +30,18 @@ def test_the_table_averages_seeds_cell_by_cell(tmp_path, capsys):
     md = (tmp_path / "t/table.md").read_text()
     assert "| 6 (OOD) | 50.00 ± 0.00 | 80.00 ± 14.14 |" in md and "n/a" in md
     assert len(list((tmp_path / "t").glob("frontier_*.png"))) == 2
+    assert ours["ood_sufficient"] == {"mean": 0.8, "sd": pytest.approx(np.std([0.9, 0.7], ddof=1)), "cells": 1}
+
+
+def test_the_supervision_sweep_is_summarised_by_its_ood_accuracy(tmp_path, capsys):
+    """Only the cells beyond training (6 hops) with steps >= hops (8) count: 90 and 70 at a = 0."""
+    frontier(tmp_path / "a0-s42", 42, [[0.5, 1.0], [0.5, 0.9]])
+    frontier(tmp_path / "a0-s43", 43, [[0.5, 1.0], [0.5, 0.7]])
+    frontier(tmp_path / "a5", 42, [[0.5, 1.0], [0.5, 0.6]], model="thinking-graph supervision_alpha=0.5", alpha=0.5)
+    assert think(["table", str(tmp_path), "--out", str(tmp_path / "t")]) == 0
+    md = (tmp_path / "t/table.md").read_text()
+    assert "| 0 | thinking-graph-debug | 2 | 80.00 ± 14.14 |" in md
+    assert "| 0.5 | thinking-graph supervision_alpha=0.5 | 1 | 60.00 ± n/a |" in md
 
 
 def test_a_seed_twice_or_a_broken_file_is_refused(tmp_path, capsys):

@@ -26,6 +26,14 @@ def config(flavour: str, task: str | None = None, *overrides: str):
     return load_config(None, [f"model={flavour}", f"data.task={task}", *BASE, *overrides])
 
 
+def test_the_specs_table_of_task_inputs_is_the_generators():
+    from rgpt_dist.thinking.spec import TASK_INPUTS
+    assert TASK_INPUTS == {name: {"vocab_size": t.vocab_size, "readout_k": t.readout_k,
+                                  "n_roles": 2 if t.name == "graph" else 0} for name, t in TASKS.items()}
+    x = make_batch(TASKS["graph"], "train", range(8), None, 20)
+    assert int(x.roles.max()) == TASK_INPUTS["graph"]["n_roles"]  # source 1, target 2
+
+
 def test_a_task_model_not_a_language_model_family():
     assert "thinking" in all_specs() and "thinking" not in families() and spec_for("thinking") is SPEC
     assert SPEC.task_suite == "thinking" and all(s.task_suite == "algorithmic" for s in families().values())

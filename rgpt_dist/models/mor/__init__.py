@@ -19,6 +19,8 @@ class MoRSpec(LoopedSpec):
     model = "rgpt_dist.models.mor.model:MixtureOfRecursionsGPT"
     hf_writer = "rgpt_dist.export.hf_looped_writer:write_hf_looped"
     kv_strategies = ("full", "first")  # recursion-wise caching, recursive KV sharing
+    # Bae et al. compare at equal training FLOPs: MoR, cheaper per token, trains on more tokens
+    compute_matching = "tokens"
     flavours = {**{f"mor-{cell}": looped("mor", cell) for cell in CELLS},
                 "mor-debug": {"family": "mor", **DEBUG_WIDTH, "n_pre": 1, "n_rec": 1, "n_loops": 3, "n_coda": 1}}
     dense_reference = {**{f"mor-{cell}": dense for cell, (_, dense) in CELLS.items()}, "mor-debug": "gpt2-debug"}
