@@ -1,6 +1,7 @@
 """Train every model of a scaled-down small isoFLOPs cell on the embedded corpus and compare them.
 
     make compare                                                   # about 13 minutes on 2 cores
+    make compare-long   # --preset long: 10x the tokens at d = 128, every model at two seeds (hours; resumable)
     .venv/bin/python launcher/compare.py --data data/python-stdlib --out runs/compare
     .venv/bin/python launcher/compare.py --data DATA --out OUT --preset quick       # smoke run
     make compare-rt   # --study rt: dense 4 x 64 against a layerwise Recurrent Transformer 2 x 90 (#27)
@@ -49,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compare: {data} is not an rgpt-prep dataset (no manifest.json)", file=sys.stderr)
         return 2
     study, reporter = STUDIES[args.study]
-    runs = study.plan()
+    every_seed = PRESETS[args.preset].get("every_seed") and args.study == "table1"  # rt: two seeds each already
+    runs = study.plan(every_seed=True) if every_seed else study.plan()
     failed = train_runs(runs, lambda run: study.overrides(run, args.preset, data, out), args.nproc)
     paths = reporter.report(out, runs)
     print(paths["md"].read_text())

@@ -23,8 +23,10 @@ def report(out_dir: str | Path, runs: list[Run]) -> dict[str, Path]:
     table = [rows[run.name] for run in runs if run.name in rows]
     paths = dict(zip(("grid_md", "grid_csv", "grid_json"), write_table(table, out_dir)))
     spread = seed_spread(table)
-    (out_dir / "compare.json").write_text(strict_json.dumps({"runs": table, "seed_spread": spread}, indent=1) + "\n")
-    (out_dir / "compare.md").write_text(markdown(table, spread))
+    models = model_summary(table)
+    (out_dir / "compare.json").write_text(strict_json.dumps({"runs": table, "seed_spread": spread, "models": models},
+                                                            indent=1) + "\n")
+    (out_dir / "compare.md").write_text(markdown(table, spread) + ordering_markdown(models))
     plot_early_exit(table, out_dir / "early_exit.png")
     return {**paths, "md": out_dir / "compare.md", "json": out_dir / "compare.json", "png": out_dir / "early_exit.png"}
 
@@ -36,6 +38,47 @@ def seed_spread(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
         return None
     values = list(losses.values())
     return {"runs": losses, "mean": statistics.fmean(values), "range": max(values) - min(values)}
+
+
+def model_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per model (its cell, i.e. the run name without the seed): the finished seeds' validation losses,
+    their mean, sample SD (None for one seed) and max - min, our rank by the mean, and the paper's
+    Table 1 validation loss of the cell (rgpt_dist.eval.grid.paper_val_loss) with its rank among the
+    models that have one; sorted by our mean."""
+    from rgpt_dist.eval.grid import paper_val_loss
+
+    by_model: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_model.setdefault(r["name"].rsplit("-seed", 1)[0], []).append(r)
+    paper = paper_val_loss()
+    out = []
+    for model, runs in by_model.items():
+        losses = [r["val_loss"] for r in runs if r["val_loss"] is not None]
+        out.append({"model": model, "method": runs[0]["method"], "seeds": len(losses), "val_losses": losses,
+                    "mean": statistics.fmean(losses) if losses else None,
+                    "sd": statistics.stdev(losses) if len(losses) > 1 else None,
+                    "range": max(losses) - min(losses) if losses else None, "paper_val_loss": paper.get(model)})
+    out.sort(key=lambda m: (m["mean"] is None, m["mean"] or 0.0))
+    ranked = sorted((m for m in out if m["paper_val_loss"] is not None), key=lambda m: m["paper_val_loss"])
+    for i, m in enumerate(out):
+        m["rank"] = i + 1 if m["mean"] is not None else None
+        m["paper_rank"] = ranked.index(m) + 1 if m in ranked else None
+    return out
+
+
+def ordering_markdown(models: list[dict[str, Any]]) -> str:
+    """Our ordering by the mean over seeds, with the spread, beside the paper's small-cell ordering."""
+    if not any(m["seeds"] > 1 for m in models):
+        return ""
+    lines = ["", "## Ordering: mean validation loss over seeds, beside the paper's small cell", "",
+             "| rank | method | model | seeds | mean | SD | max - min | paper val loss (20k) | paper rank |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for m in models:
+        fmt = lambda x, spec=".4f": "-" if x is None else format(x, spec)  # noqa: E731
+        lines.append(f"| {m['rank'] or '-'} | {cell(m['method'])} | {code(m['model'])} | {m['seeds']} | "
+                     f"{fmt(m['mean'])} | {fmt(m['sd'])} | {fmt(m['range'])} | {fmt(m['paper_val_loss'], '.2f')} | "
+                     f"{m['paper_rank'] or '-'} |")
+    return "\n".join(lines) + "\n"
 
 
 def markdown(rows: list[dict[str, Any]], spread: dict[str, Any] | None) -> str:

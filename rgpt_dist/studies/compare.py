@@ -48,11 +48,12 @@ def cell_models(cell: str = CELL) -> list[str]:
     return sorted(dense) + looped
 
 
-def plan(cell: str = CELL, seeds: tuple[int, ...] = SEEDS) -> list[Run]:
-    """Every model once at seeds[0]; the spread family's model at every seed."""
+def plan(cell: str = CELL, seeds: tuple[int, ...] = SEEDS, every_seed: bool = False) -> list[Run]:
+    """Every model once at seeds[0]; then the spread family's model at the other seeds, or with
+    every_seed every model at every seed (the long study, issue #29)."""
     models = cell_models(cell)
-    spread = [m for m in models if m in families()[SPREAD_FAMILY].paper_table1]
-    return [Run(m, seeds[0]) for m in models] + [Run(m, s) for m in spread for s in seeds[1:]]
+    again = models if every_seed else [m for m in models if m in families()[SPREAD_FAMILY].paper_table1]
+    return [Run(m, seeds[0]) for m in models] + [Run(m, s) for s in seeds[1:] for m in again]
 
 
 def overrides(run: Run, preset: str, data: str, out: str | Path) -> list[str]:

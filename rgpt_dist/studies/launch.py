@@ -20,6 +20,11 @@ PRESETS: dict[str, dict[str, Any]] = {
     # readouts through the 50,257-row head
     "cpu": {"d_model": 64, "n_head": 4, "seq_len": 128, "micro_batch_size": 8, "global_batch_size": 16,
             "max_steps": 100, "warmup_steps": 10, "lr": 2e-3, "min_lr": 2e-4, "eval_batches": 4},
+    # issue #29: about 10x "cpu"'s tokens (500 steps of 32 x 128 = 2,048,000 per run) at twice the width,
+    # every model at both seeds, checkpoints every 50 steps: hours on 2 cores, resumable across sessions
+    "long": {"d_model": 128, "n_head": 4, "seq_len": 128, "micro_batch_size": 8, "global_batch_size": 32,
+             "max_steps": 500, "warmup_steps": 50, "lr": 2e-3, "min_lr": 2e-4, "eval_batches": 16,
+             "checkpoint_every": 50, "eval_every": 100, "every_seed": True},
     # a smoke run of the whole flow (tests)
     "quick": {"d_model": 32, "n_head": 2, "seq_len": 32, "micro_batch_size": 2, "global_batch_size": 4,
               "max_steps": 2, "warmup_steps": 1, "lr": 2e-3, "min_lr": 2e-4, "eval_batches": 1},
@@ -28,7 +33,9 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 def cpu_overrides(preset: str, family: str, seed: int, data: str, run_dir: str | Path) -> list[str]:
     """A grid config shrunk to a CPU preset: width, batch, steps, schedule, 2-process ZeRO-2 in fp32,
-    one checkpoint and one evaluation at the end; RRT's LoRA rank keeps its ratio to the width."""
+    a checkpoint and an evaluation at the end (and every `checkpoint_every` / `eval_every` steps where
+    the preset says: a killed long run resumes from its last one); RRT's LoRA rank keeps its ratio to
+    the width."""
     p = PRESETS[preset]
     spec = spec_for(family)
     width = [f"model.{k}={v}" for k, v in spec.width_overrides(p["d_model"]).items()]  # RRT's LoRA rank
@@ -37,8 +44,9 @@ def cpu_overrides(preset: str, family: str, seed: int, data: str, run_dir: str |
             f"train.global_batch_size={p['global_batch_size']}", f"train.max_steps={p['max_steps']}",
             f"train.warmup_steps={p['warmup_steps']}", f"train.lr={p['lr']}", f"train.min_lr={p['min_lr']}",
             f"train.seed={seed}", f"data.paths=[{data}]", "parallel.zero_stage=2", "parallel.dtype=fp32",
-            "parallel.activation_checkpointing=none", f"checkpoint.every_steps={p['max_steps']}",
-            "checkpoint.keep_last=1", f"eval.every_steps={p['max_steps']}", f"eval.batches={p['eval_batches']}",
+            "parallel.activation_checkpointing=none", f"checkpoint.every_steps={p.get('checkpoint_every', p['max_steps'])}",
+            "checkpoint.keep_last=1", f"eval.every_steps={p.get('eval_every', p['max_steps'])}",
+            f"eval.batches={p['eval_batches']}",
             f"log.run_dir={run_dir}", "log.every_steps=10", "log.wandb=disabled"]
 
 

@@ -45,3 +45,34 @@ def test_quick_compare_trains_every_model_and_reports(dataset, tmp_path, capsys)
     assert "Seed spread" in (out / "compare.md").read_text() and (out / "early_exit.png").stat().st_size > 0
     assert "| Ouro |" in capsys.readouterr().out
     assert main(["--data", str(tmp_path), "--out", str(out)]) == 2  # not a dataset
+
+
+def test_the_long_preset_trains_every_model_at_both_seeds_on_ten_times_the_tokens(tmp_path):
+    """Issue #29's study: every model at every seed, 10x the tokens of `cpu` at twice its width, with
+    checkpoints along the way (a killed run resumes: the trainer's rules, tested in tests/train)."""
+    from rgpt_dist.studies.launch import PRESETS
+
+    runs = plan(every_seed=True)
+    assert sorted((r.flavour, r.seed) for r in runs) == sorted((m, s) for m in cell_models() for s in SEEDS)
+    tokens = {p: PRESETS[p]["max_steps"] * PRESETS[p]["global_batch_size"] * PRESETS[p]["seq_len"] for p in ("cpu", "long")}
+    assert tokens["long"] == 10 * tokens["cpu"] and PRESETS["long"]["d_model"] == 128
+    o = overrides(runs[0], "long", "DATA", tmp_path)
+    assert "checkpoint.every_steps=50" in o and "eval.every_steps=100" in o and "train.max_steps=500" in o
+
+
+def test_the_ordering_is_the_mean_over_seeds_beside_the_papers():
+    from rgpt_dist.eval.compare import model_summary, ordering_markdown
+
+    def row(name, method, loss):
+        return {"name": name, "method": method, "val_loss": loss}
+    rows = [row("gpt2-small-seed1337", "GPT-2", 3.0), row("gpt2-small-seed42", "GPT-2", 3.2),
+            row("mor-small-isoflops-seed1337", "MoR", 2.9), row("mor-small-isoflops-seed42", "MoR", 3.0),
+            row("ouro-small-isoflops-seed1337", "Ouro", None)]
+    models = model_summary(rows)
+    assert [m["model"] for m in models] == ["mor-small-isoflops", "gpt2-small", "ouro-small-isoflops"]
+    mor, gpt2 = models[0], models[1]
+    assert mor["mean"] == pytest.approx(2.95) and mor["range"] == pytest.approx(0.1) and mor["rank"] == 1
+    assert gpt2["sd"] == pytest.approx(0.1414213562) and models[2]["mean"] is None and models[2]["rank"] is None
+    assert mor["paper_val_loss"] == 3.30 and (mor["paper_rank"], gpt2["paper_rank"], models[2]["paper_rank"]) == (3, 1, 2)
+    text = ordering_markdown(models)
+    assert "| 1 | MoR | `mor-small-isoflops` | 2 | 2.9500 | 0.0707 | 0.1000 | 3.30 | 3 |" in text

@@ -123,8 +123,8 @@ def _problems(*overrides):
 
 
 @pytest.mark.parametrize("overrides,message", [
-    (["data.task=parityy"], "data.task='parityy' is not an algorithmic task: expected one of addition, "
-                            "mod5_brackets, mod5_flat, parity, s5_standard, s5_swaps"),
+    (["data.task=parityy"], "data.task='parityy' is not an algorithmic task (addition, mod5_brackets, mod5_flat, "
+                            "parity, s5_standard, s5_swaps) or a thinking task (graph, logic, relational)"),
     (["train.seq_len=40"], "train.seq_len=40 is too short for data.task='parity': the longest parity training or "
                            "validation example has 41 tokens; set train.seq_len >= 41"),
     (["model.block_size=40", "train.seq_len=40"],
