@@ -8,6 +8,7 @@ drew for the step (U[train_steps_min, train_steps_max]; None: `default_steps`, t
     aux['exit_losses'] [r + 1]                     with all_exits: BCE after steps 0..r (0: the head on
                                                    the embedding; the trainer logs the early-exit curve)
     aux['stats']['accuracy'] [1]                   the final step's accuracy (logged per step)
+    aux['eval_metrics']['val_accuracy']            the same in eval mode (the eval record's val_accuracy)
 
 The fixed-depth baseline takes no r (its spec has no sampler) and has one exit, its output.
 """
@@ -48,8 +49,11 @@ class _TrainerCall:
             exits = torch.cat([self.readout(self.embed(idx), idx.readout)[None], every.reshape(-1, len(labels))])
             target = labels.to(exits.dtype).expand_as(exits)
             aux["exit_losses"] = F.binary_cross_entropy_with_logits(exits, target, reduction="none").mean(-1)  # [S + 1]
+        accuracy = ((final > 0).long() == labels).float().mean().detach()
         if stats:
-            aux["stats"] = {"accuracy": ((final > 0).long() == labels).float().mean().reshape(1).detach()}
+            aux["stats"] = {"accuracy": accuracy.reshape(1)}
+        if not self.training:  # the trainer averages these over the validation batches and ranks
+            aux["eval_metrics"] = {"val_accuracy": accuracy}
         return ModelOutput(loss=loss, logits=final, aux=aux)
 
 

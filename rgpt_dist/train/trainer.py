@@ -2,7 +2,9 @@
 
 Families differ only through what they return: the model's depth sampler (None for dense models),
 `ModelOutput.loss`, and `aux` (an optional `aux_loss` is added to the loss; the per-step statistics in
-`aux['stats']` and exit losses are logged when present). No branch here names a family.
+`aux['stats']` and exit losses are logged when present; an evaluation forward's `aux['eval_metrics']`,
+{name: scalar tensor}, is averaged over the batches and ranks into the eval record). No branch here
+names a family.
 With checkpoint.keep_best, each evaluation that `improves` on the best validation loss so far is
 saved and named in best.json (CheckpointManager.save(best=...)); the best so far rides in the client
 state, so a resumed run continues the same selection.
@@ -203,22 +205,29 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self) -> dict[str, Any]:
         """Validation loss at the default depth and, for depth-recurrent families, the early-exit
-        curve (loss at every depth 0..R) from the same all_exits pass."""
+        curve (loss at every depth 0..R) from the same all_exits pass; plus the mean over batches
+        and ranks of each of the model's `aux['eval_metrics']` (every batch and rank returns the
+        same names: one model), under its own name."""
         self.engine.eval()
         exits = self.cfg.eval.early_exit and self.sampler is not None
-        losses, curves = [], []
+        losses, curves, extra = [], [], []
         for batch in self.val_batches:
             x, y = (t.to(self.engine.device, non_blocking=True) for t in batch)
             out = self.engine(x, y, all_exits=exits)
             losses.append(out.loss.float().item())
             if exits:
                 curves.append(out.aux["exit_losses"].float())
+            if "eval_metrics" in out.aux:
+                extra.append({k: float(v) for k, v in out.aux["eval_metrics"].items()})
         values = [sum(losses) / len(losses)]
         if curves:
             values += torch.stack(curves).mean(0).tolist()
-        values = _mean_across_ranks(values)
+        names = list(extra[0]) if extra else []
+        values = _mean_across_ranks(values + [sum(m[k] for m in extra) / len(extra) for k in names])
+        metrics = dict(zip(names, values[len(values) - len(names):]))
+        values = values[:len(values) - len(names)]
         self.engine.train()
-        return {"step": self.step, "val_loss": values[0], **({"early_exit": values[1:]} if curves else {})}
+        return {"step": self.step, "val_loss": values[0], **({"early_exit": values[1:]} if curves else {}), **metrics}
 
     # ---- the loop ---------------------------------------------------------------------------
     def fit(self) -> bool:
@@ -303,7 +312,8 @@ class Trainer:
     def _log_eval(self, record: dict[str, Any]) -> None:
         curve = record.get("early_exit")
         table = "" if not curve else "\n" + "\n".join(f"    exit r*={k:2d}: {v:.4f}" for k, v in enumerate(curve))
-        self.sink.log(record, f"eval step {record['step']:6d} | val_loss {record['val_loss']:.4f}{table}")
+        extra = "".join(f" | {k} {v:.4f}" for k, v in record.items() if k not in ("step", "val_loss", "early_exit"))
+        self.sink.log(record, f"eval step {record['step']:6d} | val_loss {record['val_loss']:.4f}{extra}{table}")
 
 
 def _field_default(section: Any, name: str) -> Any:

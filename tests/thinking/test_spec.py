@@ -106,6 +106,7 @@ def test_the_trainers_call_returns_the_thinking_loss_and_the_exit_curve(alpha):
     curve = torch.cat([bce(step0, x.labels)[None], per_step])
     assert out.aux["exit_losses"].shape == (5,) and (out.aux["exit_losses"] - curve).abs().max() < 1e-12
     assert out.aux["stats"]["accuracy"].item() == ((every[-1] > 0).long() == x.labels).float().mean().item()
+    assert out.aux["eval_metrics"]["val_accuracy"].item() == out.aux["stats"]["accuracy"].item()
     assert torch.equal(model(x, x.labels).logits, model.logits(x, cfg.train_steps_max))  # r None: the largest trained
     with pytest.raises(ValueError, match="no KV cache"):
         model(x, x.labels, cache=object())

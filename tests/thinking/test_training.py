@@ -59,6 +59,9 @@ def test_two_ranks_reproduce_one_rank(runs, layout):
     for (step, v, curve), (_, v_ref, curve_ref) in zip(val, val_ref):  # the early-exit curve: steps 0..8
         assert v == pytest.approx(v_ref, rel=LOSS_REL) and len(curve) == 9
         assert curve == pytest.approx(curve_ref, rel=LOSS_REL), ("early_exit", step)
+    accuracy = [r["val_accuracy"] for r in records(runs[layout]) if "val_loss" in r]  # mean of batch means
+    assert accuracy == pytest.approx([r["val_accuracy"] for r in records(runs["one"]) if "val_loss" in r], abs=1e-12)
+    assert len(accuracy) == 2 and all(a * 320 == pytest.approx(round(a * 320)) for a in accuracy)  # 320 examples
     a, b = consolidate(runs["one"]), consolidate(runs[layout])
     assert a.step == b.step == STEPS and set(a.state_dict) == set(b.state_dict)
     assert (a.state_dict["core.gate_proj.bias"] + 2).abs().max() > 1e-3  # trained off the init (-2)

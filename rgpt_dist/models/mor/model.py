@@ -11,8 +11,10 @@ an option), on the prelude / shared core / coda skeleton (rgpt_dist.models.loope
       h^(i+1)[S_i] = x + alpha sigmoid(z_i[S_i]) (o - x);  other tokens unchanged;  A^(i) = S_i
     logits = head(coda(h^(r)))
     aux_loss = coef * sum_i mean_{t in A^(i-1)} BCE(sigmoid(z_i,t), [t in S_i])
+               (+ z_coef * sum_i mean_{t in A^(i-1)} z_i,t^2 with `router_z_coef` > 0)
 
-The update scales the core's residual-free change (o - x), as Mixture-of-Depths does. Training
+The update scales the core's residual-free change (o - x), as Mixture-of-Depths does (`update=delta`);
+`update=residual` is the MoR authors' x + g o (o includes x: the gate scales the whole output). Training
 gathers the selected tokens (B, k_i, d), so every rank runs the same shapes and a recursion costs
 c_i of a full one; the router learns its own gradient through g (top-k itself has none).
 Top-k looks at every token's score, future ones included, so inference routes causally by default:
@@ -25,6 +27,13 @@ Token choice (`routing=token`): p = softmax(W h^(0)) over the N depths picks eac
 g = alpha p(depth), and the auxiliary loss is Switch Transformer's balancing loss over the depths.
 It is causal by construction, so training and inference route alike; the counts differ between
 sequences, so it runs on every token with the unselected masked (no FLOPs saved, see the spec).
+`router_gate_at=exit` (the MoR authors' code): recursions 0..depth-2 update ungated (h <- core(h)),
+the last one returns h^(0) + g (o - h^(0)) (or h^(0) + g o with `update=residual`); the z-loss adds
+z_coef * mean_t logsumexp_j(W h^(0))_j^2 to the balancing loss.
+
+Evaluation with every exit (`all_exits`, the trainer's) of expert choice also runs both routings
+from the same prelude output and reports aux['eval_metrics'] (`routing_comparison`): the loss of the
+routing that is not `inference_routing`, and `router_agreement`.
 
 KV cache, MoR's two options: recursion-wise caching (`full`): per recursion, one K/V store per core
 block and one more whose keys are the tokens' routes (B, 1, T, 1; values empty), so a later token
@@ -43,7 +52,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from rgpt_dist.models.kv_cache import KVCache
-from rgpt_dist.models.layers import Block, LayerFactory
+from rgpt_dist.models.layers import Block, LayerFactory, ModelOutput
 from rgpt_dist.models.looped import LoopedLM
 from rgpt_dist.models.mor.config import MoRConfig
 from rgpt_dist.noise import NoiseKey
@@ -88,26 +97,30 @@ class Recursion(nn.Module):
     def __init__(self, cfg: MoRConfig, factory: LayerFactory, out_std: float):
         super().__init__()
         self.n_loops, self.alpha, self.routing = cfg.n_loops, cfg.router_alpha, cfg.inference_routing
+        self.update, self.gate_at = cfg.update, cfg.router_gate_at
         self.blocks = nn.ModuleList(Block(cfg, factory, out_std) for _ in range(cfg.n_rec))
         self.router = Router(cfg)
 
     def forward(self, s: tuple[torch.Tensor, torch.Tensor], anchor, i: int, key: NoiseKey | None,
-                caches: list | None = None, mask: torch.Tensor | None = None):
-        """s: (h, candidates); anchor: token-choice's (depth (B, T), g (B, T), probs (B, T, N)) from
-        `choose_depths`, None for expert choice; caches: this step's core block stores + the route
-        store, or None; mask: (B, 1, T, K) for padded batches or fixed-shape decoding.
+                caches: list | None = None, mask: torch.Tensor | None = None, routing: str | None = None):
+        """s: (h, candidates); anchor: token-choice's (depth (B, T), g (B, T), probs (B, T, N),
+        logits (B, T, N), h^(0) (B, T, d) or None) from `MixtureOfRecursionsGPT.start`, None for
+        expert choice; caches: this step's core block stores + the route store, or None; mask:
+        (B, 1, T, K) for padded batches or fixed-shape decoding; routing: an eval-mode routing
+        other than `inference_routing` (`routing_comparison`).
         Returns ((h', selected), extra) for the auxiliary loss and statistics (None beyond N)."""
         if i >= self.n_loops:                                                  # capacity 0: nothing runs
             return s, None
         h, cand = s
         if anchor is not None:                                                 # token choice: causal
-            depth, g, probs = anchor
+            depth, g, probs, logits, h0 = anchor
             sel = cand & (depth > i)
-            return (self._masked(h, sel, g, caches, mask), sel), \
-                {"sel": sel, "g": g, "probs": probs if i == 0 else None, "depth": depth}
+            return (self._token_step(h, sel, depth == i + 1, g, h0, caches, mask), sel), \
+                {"sel": sel, "g": g, "probs": probs if i == 0 else None, "logits": logits if i == 0 else None,
+                 "depth": depth}
         z = self.router(h, i)                                                  # (B, T) fp32
         g = self.alpha * torch.sigmoid(z)
-        if self.training or self.routing == "top_k":
+        if self.training or (routing or self.routing) == "top_k":
             if caches is not None or mask is not None:
                 raise ValueError("top-k routing looks at the whole sequence: it takes no cache or mask "
                                  "(inference_routing=threshold routes causally)")
@@ -117,17 +130,20 @@ class Recursion(nn.Module):
             h_next = self._masked(h, sel, g, caches, mask)
         return (h_next, sel), {"z": z, "cand": cand, "sel": sel}
 
-    def choose_depths(self, h0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def choose_depths(self, h0: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Token choice: p = softmax(W h^(0)) over the N depths (B, T, N); each token runs the
-        argmax + 1 recursions, its updates scaled by alpha p(chosen). (depth, g, p)."""
+        argmax + 1 recursions, its updates scaled by alpha p(chosen). (depth, g, p, logits in >= fp32)."""
         logits = self.router.depth_logits(h0)                                  # (B, T, N)
-        probs = torch.softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        probs = torch.softmax(logits, dim=-1)
         chosen = probs.max(dim=-1)
-        return chosen.indices + 1, self.alpha * chosen.values, probs
+        return chosen.indices + 1, self.alpha * chosen.values, probs, logits
 
-    @staticmethod
-    def _update(x: torch.Tensor, o: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-        """x + g (o - x), in x's dtype (under autocast o arrives in bf16); g (..., T)."""
+    def _update(self, x: torch.Tensor, o: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """`delta`: x + g (o - x); `residual`: x + g o; in x's dtype (under autocast o arrives in
+        bf16); g (..., T)."""
+        if self.update == "residual":
+            return x + g.to(x.dtype)[..., None] * o.to(x.dtype)
         return x + g.to(x.dtype)[..., None] * (o.to(x.dtype) - x)
 
     def _gathered(self, h, z, g, cand, i):
@@ -144,6 +160,19 @@ class Recursion(nn.Module):
 
     def _masked(self, h, sel, g, caches, mask):
         """The core on every token; unselected tokens (sel False) are hidden as keys, not updated."""
+        return torch.where(sel[..., None], self._update(h, self._core_masked(h, sel, caches, mask), g), h)
+
+    def _token_step(self, h, sel, exits, g, h0, caches, mask):
+        """Token choice's recursion on the selected tokens: gated at every recursion (`every`), or
+        (`exit`) ungated before a token's last recursion (exits (B, T): depth == i + 1) and, at it,
+        the update of h^(0) (B, T, d) by the chain's output."""
+        if self.gate_at == "every":
+            return self._masked(h, sel, g, caches, mask)
+        o = self._core_masked(h, sel, caches, mask).to(h.dtype)
+        return torch.where((sel & exits)[..., None], self._update(h0, o, g), torch.where(sel[..., None], o, h))
+
+    def _core_masked(self, h, sel, caches, mask):
+        """The core's output (B, T, d) on every token, the unselected (sel False) hidden as keys."""
         B, T, _ = h.shape
         route = sel.to(h.dtype)[:, None, :, None]                              # (B, 1, T, 1)
         keys = sel if caches is None else caches[-1].update(route, route[..., :0])[0][:, 0, :, 0] > 0.5  # (B, K)
@@ -156,7 +185,7 @@ class Recursion(nn.Module):
         o = h
         for block, cache in zip(self.blocks, [None] * len(self.blocks) if caches is None else caches[:-1]):
             o = block(o, cache, None, mask)
-        return torch.where(sel[..., None], self._update(h, o, g), h)
+        return o
 
 
 class MixtureOfRecursionsGPT(LoopedLM):
@@ -166,31 +195,80 @@ class MixtureOfRecursionsGPT(LoopedLM):
         super().__init__(cfg, factory, lambda factory, out_std: Recursion(cfg, factory, out_std))
 
     def start(self, h_pre: torch.Tensor, r: int, noise_key: NoiseKey | None, past: int, positions=None):
-        """Every token is a candidate for the first recursion; token choice picks the depths here."""
+        """Every token is a candidate for the first recursion; token choice picks the depths here
+        (the anchor: choose_depths' tuple and h^(0), kept for `router_gate_at=exit` only)."""
         cand = torch.ones(h_pre.shape[:2], dtype=torch.bool, device=h_pre.device)
-        token_choice = self.cfg.routing == "token" and r > 0
-        return (h_pre, cand), self.recurrence.choose_depths(h_pre) if token_choice else None
+        if self.cfg.routing != "token" or r == 0:
+            return (h_pre, cand), None
+        h0 = h_pre if self.cfg.router_gate_at == "exit" else None
+        return (h_pre, cand), (*self.recurrence.choose_depths(h_pre), h0)
 
     def hidden(self, s: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         return s[0]
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, r: int | None = None,
+                all_exits: bool = False, **kwargs) -> ModelOutput:
+        """LoopedLM.forward; with all_exits in eval mode (the trainer's evaluation), expert choice
+        without a padding mask also returns aux['eval_metrics'] = `routing_comparison`."""
+        out = super().forward(idx, targets, r, all_exits, **kwargs)
+        if all_exits and not self.training and self.cfg.routing == "expert" and kwargs.get("mask") is None:
+            out.aux["eval_metrics"] = self.routing_comparison(idx, targets, out.aux["depth"])
+        return out
+
+    @torch.no_grad()
+    def routing_comparison(self, idx: torch.Tensor, targets: torch.Tensor, r: int) -> dict[str, torch.Tensor]:
+        """Expert choice at depth r, routed both ways from one prelude output (two more passes of the
+        recursions, one of the coda and head): {`val_loss_topk` or `val_loss_threshold` (the routing that is
+        not `inference_routing`, whose loss is the forward's own): its loss, `router_agreement`}.
+
+        router_agreement: with m = min(r, N) and S_i^X (b) the tokens of row b that recursion i
+        updates when every recursion routes by X (each routing following its own, nested candidates,
+        so a token dropped earlier counts as not updated), the fraction of (token, recursion)
+        decisions the two routings make alike over the recursions that decide (1..m-1; recursion 0
+        keeps every token under both):
+            (1 / (B T (m - 1))) sum_{i=1..m-1} sum_{b, t} 1[t in S_i^top_k(b)  <=>  t in S_i^threshold(b)]
+        1.0 where no recursion decides (m <= 1)."""
+        main = self.cfg.inference_routing
+        other = "threshold" if main == "top_k" else "top_k"
+        h = self.embed(idx, 0, None)
+        for block in self.prelude:
+            h = block(h, None, None, None)
+        routes = {}
+        for routing in (main, other):
+            s, _ = self.start(h, r, None, 0, None)
+            routes[routing] = []
+            for i in range(min(r, self.cfg.n_loops)):
+                s, extra = self.recurrence(s, None, i, None, routing=routing)
+                routes[routing].append(extra["sel"])                           # (B, T) bool
+        loss = self.readout(self.hidden(s), targets)[1]                        # the other routing's
+        agree = [(a == b).double().mean() for a, b in zip(routes[main][1:], routes[other][1:])]
+        agreement = torch.stack(agree).mean() if agree else torch.ones((), dtype=torch.float64, device=h.device)
+        return {f"val_loss_{other.replace('_', '')}": loss, "router_agreement": agreement}
 
     def step_aux_loss(self, extra) -> torch.Tensor | None:
         """Expert choice: coef x mean BCE of sigmoid(z) against the routes, over the step's
         candidates. Token choice, once: coef x the balancing loss N sum_j f_j P_j (f_j: the
         fraction of tokens choosing depth j, P_j: their mean probability of it; Switch
-        Transformer's). None beyond N, where no recursion runs."""
+        Transformer's). Either plus the z-loss where router_z_coef > 0 (config). None beyond N,
+        where no recursion runs."""
         if extra is None:
             return None
         if "z" in extra:
             z, cand, sel = extra["z"], extra["cand"], extra["sel"]
             bce = F.binary_cross_entropy_with_logits(z, sel.to(z.dtype), reduction="none")
-            return self.cfg.router_aux_coef * (bce * cand).sum() / cand.sum().clamp(min=1)
+            loss = self.cfg.router_aux_coef * (bce * cand).sum() / cand.sum().clamp(min=1)
+            if self.cfg.router_z_coef:                                         # z-loss: lse of one logit = z
+                loss = loss + self.cfg.router_z_coef * (z.square() * cand).sum() / cand.sum().clamp(min=1)
+            return loss
         if extra["probs"] is None:                                             # token choice after step 0
             return None
         probs, depth = extra["probs"], extra["depth"]
         N = probs.shape[-1]
         f = F.one_hot(depth - 1, N).to(probs.dtype).mean((0, 1))              # (N,)
-        return self.cfg.router_aux_coef * N * (f * probs.mean((0, 1))).sum()
+        loss = self.cfg.router_aux_coef * N * (f * probs.mean((0, 1))).sum()
+        if self.cfg.router_z_coef:
+            loss = loss + self.cfg.router_z_coef * torch.logsumexp(extra["logits"], dim=-1).square().mean()
+        return loss
 
     def step_statistics(self, extra) -> dict[str, torch.Tensor]:
         """Per recursion: the fraction of tokens it updated, the mean update scale g over them, and

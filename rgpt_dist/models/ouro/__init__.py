@@ -33,14 +33,17 @@ class OuroSpec(LoopedSpec):
         return FixedDepth(cfg.n_loops)
 
     def extra_params(self, cfg: Any) -> int:
-        """The exit gate: its LayerNorm and w (d) + b."""
-        return (2 * cfg.d_model if cfg.bias and cfg.norm == "layernorm" else cfg.d_model) + cfg.d_model + 1
+        """The exit gate: its norm (none when it reads the loop-normed state) and w (d) + b; with
+        loop_norm the step's norm."""
+        gate_norm = 0 if cfg.gate_input == "state" and cfg.loop_norm else _norm_params(cfg)
+        return gate_norm + cfg.d_model + 1 + self.step_params(cfg)
 
     def step_params(self, cfg: Any) -> int:
-        """0: the exit gate reads the coda's output at every iteration but never feeds the state (it
-        is a readout, like the coda it follows, which training also runs per iteration), so it is
-        N_once; N_rec is the n_rec core blocks. Debatable under the law: 2d + 1 parameters either way."""
-        return 0
+        """The loop norm (loop_norm), which runs at every step with the same weights; else 0: the
+        exit gate reads every iteration but never feeds the state (it is a readout, like the coda
+        it follows, which training also runs per iteration), so it is N_once; N_rec is the n_rec
+        core blocks. Debatable under the law: 2d + 1 parameters either way."""
+        return _norm_params(cfg) if cfg.loop_norm else 0
 
     def _readout_flops(self, cfg: Any, seq_len: int) -> float:
         """One iteration's exit: coda, head (2 d V) and gate (2 d) per token."""
@@ -50,20 +53,40 @@ class OuroSpec(LoopedSpec):
         """Training reads out every iteration: r - 1 exits beyond the forward's own readout."""
         return max(r - 1, 0) * self._readout_flops(cfg, seq_len)
 
+    def no_grad_forward_flops(self, cfg: Any, seq_len: int, r: int) -> float:
+        """0 (every step has gradient), except in the gate stage (stage=gate): everything but the
+        exit gates runs without a backward (frozen), so training costs about one forward."""
+        if cfg.stage != "gate":
+            return super().no_grad_forward_flops(cfg, seq_len, r)
+        from rgpt_dist.flops import forward_flops, head_flops  # (flops imports the specs)
+
+        gates = 2.0 * cfg.d_model * max(r - 1, 0)  # the gates train_readout_flops counts
+        return forward_flops(cfg, seq_len, r) + head_flops(cfg) + self.train_readout_flops(cfg, seq_len, r) - gates
+
     def recompute_flops(self, cfg: Any, seq_len: int, r: float | None, mode: str) -> float:
         """The skeleton's, plus every iteration's exit (a checkpoint unit of its own); under `blocks`
-        its coda blocks, checkpointed again inside it, are recomputed twice."""
+        its coda blocks, checkpointed again inside it, are recomputed twice. In the gate stage only
+        the exits, whose gate has gradient, are recomputed (nothing else records a graph)."""
         r = cfg.n_loops if r is None else r
+        if cfg.stage == "gate":
+            return r * self._readout_flops(cfg, seq_len)
         nested = r * cfg.n_coda * block_flops(cfg, seq_len) if mode == "blocks" else 0.0
         return super().recompute_flops(cfg, seq_len, r, mode) + r * self._readout_flops(cfg, seq_len) + nested
 
     def exit_flops(self, cfg: Any, seq_len: int, depth: int) -> float:
         """Forward FLOPs per token (head included) of a token leaving at iteration `depth` in
         per-token-exit inference: the prelude, then per iteration the core, the coda and the gate
-        (deciding whether to leave needs the coda's output), and the head once."""
+        (deciding whether to leave needs the coda's output), and the head once. With
+        gate_input=state the gate reads the state: the coda runs once, at the exit."""
         gates = min(depth, cfg.n_loops - 1)
-        blocks = cfg.n_pre + depth * (cfg.n_rec + cfg.n_coda)
+        codas = min(depth, 1) if cfg.gate_input == "state" else depth
+        blocks = cfg.n_pre + depth * cfg.n_rec + codas * cfg.n_coda
         return blocks * block_flops(cfg, seq_len) + 2.0 * cfg.d_model * (gates + cfg.padded_vocab_size)
+
+
+def _norm_params(cfg: Any) -> int:
+    """One norm over d: LayerNorm's gain and bias (bias), or a gain alone (RMSNorm, no bias)."""
+    return 2 * cfg.d_model if cfg.bias and cfg.norm == "layernorm" else cfg.d_model
 
 
 SPEC = OuroSpec()

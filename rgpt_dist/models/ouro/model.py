@@ -4,8 +4,10 @@
     h_pre   = prelude(wte(idx) + wpe(pos))                    (B, T, d)
     s^(0)   = h_pre
     step t  = 1..r:  s^(t) = core(s^(t-1))                    n_rec shared blocks: no injection, no gate
+                     (loop_norm: s^(t) = N(core(s^(t-1))), Ouro's per-loop norm)
     exit t:  c_t = coda(s^(t));  logits_t = head(c_t)         the shared readout, (B, T, V)
              lambda_t = sigmoid(w . LN(c_t) + b),  lambda_r = 1   the exit gate, (B, T)
+             (gate_input=state: w . LN(s^(t)) + b; with loop_norm w . s^(t) + b, Ouro's gate)
     p(t)    = lambda_t prod_{j<t} (1 - lambda_j)              per token; p(r) is the remaining mass
     J       = mean over tokens of  sum_t p(t) CE_t - beta H(p),   H(p) = -sum_t p(t) log p(t)
 
@@ -17,6 +19,12 @@ over examples of each one's token mean, as the LM head's loss). Evaluation and d
 depth r are the skeleton's (one readout, the KV cache exact). `exit_at_threshold` evaluates the
 per-token exit of Ouro's inference: a token leaves at the first iteration whose cumulative exit
 probability reaches q.
+
+stage=gate (Ouro's stage II, Zhu et al. 2025 section 3.4): every parameter but the exit gate's is
+frozen (requires_grad False) and the objective is the adaptive exit loss, per token
+    I_t = max(0, CE_{t-1} - CE_t) (detached),  w_t = sigmoid(k (I_t - gamma))
+    J_gate = mean over t = 2..r of the token mean of  -[w_t log(1 - lambda_t) + (1 - w_t) log lambda_t]
+(lambda_r from the gate too: the loss trains it at every t >= 2); loss = CE_r as above.
 """
 from __future__ import annotations
 
@@ -37,6 +45,8 @@ class LoopedCore(nn.Module):
     def __init__(self, cfg: OuroConfig, factory: LayerFactory, out_std: float):
         super().__init__()
         self.blocks = nn.ModuleList(Block(cfg, factory, out_std) for _ in range(cfg.n_rec))
+        # Ouro's per-loop norm (loop_norm): replicated under tensor parallelism, like every norm
+        self.loop_norm = layer_norm(cfg) if cfg.loop_norm else None
 
     def forward(self, s: torch.Tensor, anchor: None, i: int, key: NoiseKey | None,
                 caches: list[LayerCache] | None = None, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
@@ -44,17 +54,17 @@ class LoopedCore(nn.Module):
         cache of each core block, or None; mask: for padded batches."""
         for block, cache in zip(self.blocks, caches or [None] * len(self.blocks)):
             s = block(s, cache, None, mask)
-        return s, None
+        return (s if self.loop_norm is None else self.loop_norm(s)), None
 
 
 class ExitGate(nn.Module):
-    """lambda_t's logit w . LN(c_t) + b: (B, T, d) -> (B, T) in fp32 (or
-    wider). Replicated under tensor
-    parallelism (its input, the coda's output, is)."""
+    """lambda_t's logit w . LN(x) + b: (B, T, d) -> (B, T) in fp32 (or wider); x is the coda's output
+    c_t or (gate_input=state) the state s^(t), which with loop_norm is normed already: then no LN
+    (Ouro's gate). Replicated under tensor parallelism (its input is)."""
 
     def __init__(self, cfg: OuroConfig, factory: LayerFactory):
         super().__init__()
-        self.ln = layer_norm(cfg)
+        self.ln = nn.Identity() if cfg.gate_input == "state" and cfg.loop_norm else layer_norm(cfg)
         self.proj = factory.linear(cfg.d_model, 1, bias=True, parallel="none", init_std=cfg.init_std)
         with torch.no_grad():
             self.proj.bias.fill_(cfg.exit_bias_init)
@@ -73,6 +83,7 @@ class ExitReadout(nn.Module):
         super().__init__()
         self.gate = ExitGate(cfg, factory)
         self.factory, self.vocab_size = factory, cfg.vocab_size
+        self.gate_reads_state = cfg.gate_input == "state"
         self._readout = [coda, head]  # a list: not registered (and counted) twice
 
     def forward(self, s: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None,
@@ -84,7 +95,7 @@ class ExitReadout(nn.Module):
             c = block(c, None, None, mask)
         logits, _ = head(c, None)
         losses = self.factory.token_losses(logits, targets, self.vocab_size)
-        return logits, losses, self.gate(c) if with_gate else None
+        return logits, losses, self.gate(s if self.gate_reads_state else c) if with_gate else None
 
 
 def exit_log_probs(gate_logits: torch.Tensor) -> torch.Tensor:
@@ -95,12 +106,27 @@ def exit_log_probs(gate_logits: torch.Tensor) -> torch.Tensor:
     return stay + torch.cat([F.logsigmoid(gate_logits), zero])               # + log lambda_t
 
 
+def gate_stage_loss(gate_logits: torch.Tensor, losses: torch.Tensor, k: float, gamma: float) -> torch.Tensor:
+    """Ouro's stage-II adaptive exit loss per token (B, T), from (r, B, T) gate logits of
+    lambda_1..lambda_r and per-token losses: the mean over t = 2..r of the binary cross-entropy
+    between the continue probability 1 - lambda_t and w_t = sigmoid(k (I_t - gamma)),
+    I_t = max(0, CE_{t-1} - CE_t), the losses detached (the gate is trained, not the model)."""
+    losses = losses.detach()
+    w = torch.sigmoid(k * ((losses[:-1] - losses[1:]).clamp(min=0) - gamma))        # (r - 1, B, T)
+    z = gate_logits[1:]                                                                # lambda_2..lambda_r
+    bce = -(w * F.logsigmoid(-z) + (1 - w) * F.logsigmoid(z))                          # log(1 - lambda), log lambda
+    return bce.mean(0)
+
+
 class OuroGPT(LoopedLM):
     def __init__(self, cfg: OuroConfig, factory: LayerFactory | None = None):
         factory = factory or LayerFactory()
         super().__init__(cfg, factory, lambda factory, out_std: LoopedCore(cfg, factory, out_std))
         # created after the skeleton, so that a seed initialises the shared modules as in every family
         self.exits = ExitReadout(cfg, factory, self.coda, self.head)
+        if cfg.stage == "gate":  # Ouro's stage II: the optimizer (params with requires_grad) holds the gate only
+            for name, p in self.named_parameters():
+                p.requires_grad_(name.startswith("exits.gate."))
 
     def start(self, h_pre: torch.Tensor, r: int, noise_key: NoiseKey | None, past: int, positions=None):
         return h_pre, None
@@ -109,15 +135,16 @@ class OuroGPT(LoopedLM):
         """The skeleton's units and the training readout of every iteration."""
         return super().checkpoint_units(mode) + [self.exits]
 
-    def _iterate(self, idx: torch.Tensor, targets: torch.Tensor, r: int, mask, positions):
-        """Every iteration's readout: (logits at r, losses (r, B, T), gate logits (r - 1, B, T))."""
+    def _iterate(self, idx: torch.Tensor, targets: torch.Tensor, r: int, mask, positions, gate_last: bool = False):
+        """Every iteration's readout: (logits at r, losses (r, B, T), gate logits (r - 1, B, T), or
+        (r, B, T) with gate_last)."""
         s = self.embed(idx, 0, positions)
         for block in self.prelude:
             s = block(s, None, None, mask)
         losses, gates = [], []
         for t in range(r):
             s, _ = self.recurrence(s, None, t, None, None, mask)
-            logits, loss_t, gate_t = self.exits(s, targets, mask, t < r - 1)
+            logits, loss_t, gate_t = self.exits(s, targets, mask, t < r - 1 or gate_last)
             losses.append(loss_t)
             if gate_t is not None:
                 gates.append(gate_t)
@@ -131,14 +158,20 @@ class OuroGPT(LoopedLM):
         if not self.training or targets is None or cache is not None or all_exits:
             return super().forward(idx, targets, r, all_exits, noise_key, cache, stats, mask, positions)
         r = self.cfg.n_loops if r is None else int(r)
-        if r < 1:
-            raise ValueError(f"Ouro trains at depth r >= 1 (every iteration is an exit), got r={r}")
-        logits, losses, gate_logits = self._iterate(idx, targets, r, mask, positions)
+        gate_stage = self.cfg.stage == "gate"
+        if r < 1 + gate_stage:
+            raise ValueError(f"Ouro trains at depth r >= {1 + gate_stage} (every iteration is an exit"
+                             f"{'; the gate stage compares consecutive ones' if gate_stage else ''}), got r={r}")
+        logits, losses, all_gates = self._iterate(idx, targets, r, mask, positions, gate_last=gate_stage)
+        gate_logits = all_gates[:r - 1]                                        # lambda_1..lambda_{r-1}
         log_p = exit_log_probs(gate_logits)                                    # (r, B, T)
         p = log_p.exp()
-        entropy = -(p * log_p).sum(0)                                          # (B, T)
         valid, n = self.exits.factory.loss_weights(targets, losses.dtype)  # train.loss_norm's (B, T), ()
-        objective = (((p * losses).sum(0) - self.cfg.entropy_beta * entropy) * valid).sum() / n
+        if gate_stage:
+            objective = (gate_stage_loss(all_gates, losses, self.cfg.gate_k, self.cfg.gate_gamma) * valid).sum() / n
+        else:
+            entropy = -(p * log_p).sum(0)                                      # (B, T)
+            objective = (((p * losses).sum(0) - self.cfg.entropy_beta * entropy) * valid).sum() / n
         loss = (losses[-1] * valid).sum() / n                                  # CE_r, as every family logs
         lambdas = torch.cat([torch.sigmoid(gate_logits), torch.ones_like(p[:1])])   # lambda_r = 1
 

@@ -55,8 +55,8 @@ class PoissonSpec(LoopedSpec):
         return (r * 2.0 + 2.0) * cfg.d_model ** 2 if r > 0 else 0.0
 
     def grad_steps(self, cfg: Any, r: float) -> float:
-        """Truncated backprop: the last k = min(r, k_max) steps."""
-        return min(r, cfg.k_max)
+        """Truncated backprop: the last min(r, k) steps (k: cfg.grad_depth, from k_max or k_frac)."""
+        return min(r, cfg.grad_depth)
 
 
 SPEC = PoissonSpec()

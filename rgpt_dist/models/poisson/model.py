@@ -8,8 +8,9 @@ prelude/core/coda skeleton (rgpt_dist.models.looped).
     logits = head(coda(s^(r)))                               (B, T, V)
 
 Training draws r = Poisson(exp(t)) + 1, t ~ N(log(E[r] - 1) - s^2/2, s) per optimizer step (the
-spec's sampler) and backpropagates through the last k = min(r, k_max) steps only: the first r - k
-run without autograd, so they store nothing and cost no backward. s^(0) is keyed noise in training
+spec's sampler) and backpropagates through the last min(r, k) steps only (k = cfg.grad_depth: k_max,
+or k_frac x the mean depth): the steps before run without autograd, so they store nothing and cost
+no backward. s^(0) is keyed noise in training
 (recomputation redraws it); at evaluation it is one fixed draw per position (same for every batch
 row), so evaluation is reproducible and cached decoding equals uncached.
 """
@@ -58,7 +59,7 @@ class PoissonDepthGPT(LoopedLM):
         self._eval_state: torch.Tensor | None = None  # (k x block_size, d), kept on the device and dtype last used
 
     def grad_steps(self, r: int) -> int:
-        return min(r, self.cfg.k_max)
+        return min(r, self.cfg.grad_depth)
 
     def start(self, e: torch.Tensor, r: int, noise_key: NoiseKey | None, past: int,
               positions: torch.Tensor | None = None):

@@ -33,16 +33,30 @@ class PoissonLogNormalDepth:
     def mean(self) -> float:
         return float(self.mean_depth)
 
+    def _quadrature(self, nodes: int) -> tuple[np.ndarray, np.ndarray]:
+        """Gauss-Hermite nodes over t: (the Poisson rates exp(t), their weights summing to 1)."""
+        x, w = np.polynomial.hermite_e.hermegauss(nodes)         # weight exp(-x^2 / 2)
+        return np.exp(self.mu + self.sigma * x), w / math.sqrt(2 * math.pi)
+
+    @staticmethod
+    def _mass(rate: np.ndarray, w: np.ndarray, k: int) -> float:
+        """P(r = k + 1): the Poisson pmf at k averaged over the rates."""
+        return float(np.sum(w * np.exp(k * np.log(rate) - rate - math.lgamma(k + 1))))
+
     def pmf(self, tail: float = 1e-12, nodes: int = 96) -> dict[int, float]:
         """P(r) by Gauss-Hermite quadrature over t of the Poisson pmf, up to where the remaining
         mass is below `tail` (which is dropped; the values sum to 1 - tail or more)."""
-        x, w = np.polynomial.hermite_e.hermegauss(nodes)         # weight exp(-x^2 / 2)
-        rate = np.exp(self.mu + self.sigma * x)
-        w = w / math.sqrt(2 * math.pi)
+        rate, w = self._quadrature(nodes)
         out, total, k = {}, 0.0, 0
         while total < 1 - tail and k < 100_000:
-            p = float(np.sum(w * np.exp(k * np.log(rate) - rate - math.lgamma(k + 1))))
+            p = self._mass(rate, w, k)
             out[k + 1] = p
             total += p
             k += 1
         return out
+
+    def truncation_probability(self, k: int, nodes: int = 96) -> float:
+        """P(r > k): how often truncated backprop with k gradient steps drops steps, 1 - sum_{j<=k}
+        P(r = j) by the same quadrature."""
+        rate, w = self._quadrature(nodes)
+        return max(0.0, 1.0 - sum(self._mass(rate, w, j) for j in range(max(k, 0))))
