@@ -82,7 +82,7 @@ def test_small_isoflops_array_completes_with_checkpoints_and_metrics(cluster, da
     states = cluster.wait(job, timeout=600)
     logs = "\n".join(p.read_text() for p in tmp_path.glob("*.out"))
     models = ("gpt2-small", "recurrentgpt-small-isoflops", "poisson-small-isoflops", "rrt-small-isoflops",
-              "ouro-small-isoflops", "mor-small-isoflops")
+              "ouro-small-isoflops", "mor-small-isoflops", "mor-small-isoflops-flopmatched")
     assert states == {f"{job}_{i}": "COMPLETED" for i in range(len(models))}, logs[-3000:]
     for model in models:
         run = tmp_path / f"{model}-20k"
@@ -95,7 +95,9 @@ def test_small_isoflops_array_completes_with_checkpoints_and_metrics(cluster, da
     assert rgpt_eval(["grid", str(tmp_path), "--out", str(tmp_path / "grid")]) == 0
     rows = json.loads((tmp_path / "grid" / "grid.json").read_text())
     assert sorted(r["status"] for r in rows) == ["finished"] * len(models)
-    assert sorted(r["method"] for r in rows) == ["GPT-2", "Heavy-tail Poisson", "MoR", "Ouro", "RRT", "RecurrentGPT"]
+    assert sorted(r["method"] for r in rows) == ["GPT-2", "Heavy-tail Poisson", "MoR", "MoR", "Ouro", "RRT", "RecurrentGPT"]
+    matched = next(r for r in rows if r["name"] == "mor-small-isoflops-flopmatched-20k")
+    assert matched["dense_run"] == "gpt2-small-20k" and matched["train_ratio_to_dense"] is not None
 
 
 def test_one_phi_array_task_completes_with_a_checkpoint_and_a_final_val_loss(cluster, dataset, tmp_path):
