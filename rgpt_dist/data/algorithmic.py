@@ -89,6 +89,11 @@ class TaskLoader:
             raise ValueError(f"the checkpoint trained on lengths {saved} of task {self.task.name!r}, "
                              f"this run on {list(self.task.train_lengths)} (data.task_train_max): the example "
                              f"stream would not continue")
+        self._resume_position(state)
+
+    def _resume_position(self, state: dict[str, Any]) -> None:
+        """Continue at the saved (step, micro) of a state of this task: the same global batch (the
+        example indices would shift otherwise), a micro-batch inside a step."""
         if state["global_batch_size"] != self.global_batch_size:
             raise ValueError(f"the checkpoint was trained with train.global_batch_size={state['global_batch_size']}, "
                              f"this run has {self.global_batch_size}: the example stream would not continue")
@@ -115,12 +120,18 @@ def validation_batches(task: str, seq_len: int, micro_batch_size: int, dp: int,
     if problem:
         raise ValueError(problem[0])
     pool = [(length, i) for length in t.lengths("val") for i in range(t.set_size("val"))]
+    out = []
+    for chunk in rank_batches(pool, micro_batch_size, dp, dp_rank):
+        b = pad_examples([t.example("val", i, length) for length, i in chunk], seq_len)
+        out.append(_tensors(b.tokens, b.targets))
+    return out
+
+
+def rank_batches(pool: list, micro_batch_size: int, dp: int, dp_rank: int) -> list[list]:
+    """Rank dp_rank's contiguous part of `pool` (len(pool) divisible by dp), in batches of one size: the
+    largest divisor of the part that is <= micro_batch_size, so that the mean of batch means, then of
+    rank means, is the mean over the whole pool."""
     part = len(pool) // dp
     mine = pool[dp_rank * part:(dp_rank + 1) * part]
     size = max(d for d in range(1, min(micro_batch_size, part) + 1) if part % d == 0)
-    out = []
-    for start in range(0, part, size):
-        examples = [t.example("val", i, length) for length, i in mine[start:start + size]]
-        b = pad_examples(examples, seq_len)
-        out.append(_tensors(b.tokens, b.targets))
-    return out
+    return [mine[start:start + size] for start in range(0, part, size)]

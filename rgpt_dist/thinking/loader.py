@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from rgpt_dist.data.algorithmic import TaskLoader
+from rgpt_dist.data.algorithmic import TaskLoader, rank_batches
 from rgpt_dist.thinking.inputs import ThinkingInputs
 from rgpt_dist.thinking.tasks import get_task
 from rgpt_dist.thinking.tasks.base import collate, make_batch
@@ -61,12 +61,7 @@ class ThinkingLoader(TaskLoader):
             got = state.get("task") if isinstance(state, dict) else None
             raise ValueError(f"the checkpoint's data position is not one of data.task={self.task.name!r} "
                              f"(it records task {got!r}): resume with the data it was trained on")
-        if state["global_batch_size"] != self.global_batch_size:
-            raise ValueError(f"the checkpoint was trained with train.global_batch_size={state['global_batch_size']}, "
-                             f"this run has {self.global_batch_size}: the example stream would not continue")
-        if not 0 <= state["micro"] < self.accum:  # checkpoints are taken between steps (micro 0)
-            raise ValueError(f"cannot resume at micro-batch {state['micro']} of a step of {self.accum}")
-        self.step, self.micro = int(state["step"]), int(state["micro"])
+        self._resume_position(state)
 
 
 def validation_size(task: str) -> int:
@@ -89,11 +84,8 @@ def validation_batches(task: str, micro_batch_size: int, dp: int, dp_rank: int) 
         raise ValueError(problem[0])
     lo, hi = t.train_range
     pool = [(d, i) for d in range(lo, hi + 1) for i in range(VAL_PER_DIFFICULTY)]
-    part = len(pool) // dp
-    mine = pool[dp_rank * part:(dp_rank + 1) * part]
-    size = max(d for d in range(1, min(micro_batch_size, part) + 1) if part % d == 0)
     out = []
-    for start in range(0, part, size):
-        x = collate(t, (t.example("val", i, d) for d, i in mine[start:start + size]), t.max_len)
+    for chunk in rank_batches(pool, micro_batch_size, dp, dp_rank):
+        x = collate(t, (t.example("val", i, d) for d, i in chunk), t.max_len)
         out.append((x, x.labels))
     return out
