@@ -55,12 +55,14 @@ compare: vocab
 	$(CPU_ENV) $(PY) launcher/compare.py --data data/python-stdlib --out runs/compare
 
 # The long CPU study (#29, docs/evaluation.md): every model of the small cell at d = 128 on 10x make
-# compare's tokens (500 steps of 32 x 128), two seeds each; a finished run is kept and a killed one
-# resumes from its checkpoint (every 50 steps), so run it again until it ends: hours on 2 cores.
+# compare's tokens (500 steps of 32 x 128, bf16 autocast), two seeds each, cheapest first: about 7 hours
+# on 2 cores. A killed run resumes from its checkpoint (every 50 steps); a finished one is recorded in
+# results/compare-long (commit it) and not trained again on any machine: run it again until it ends.
 compare-long: vocab
 	test -f data/python-stdlib/manifest.json || \
 	  .venv/bin/rgpt-prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
-	$(CPU_ENV) $(PY) launcher/compare.py --preset long --data data/python-stdlib --out runs/compare-long
+	$(CPU_ENV) $(PY) launcher/compare.py --preset long --data data/python-stdlib --out runs/compare-long \
+	  --record results/compare-long
 
 # The layerwise Recurrent Transformer against the dense model at CPU scale (#27, docs/families.md): dense 4 x 64
 # against RT 2 x 90 at equal non-embedding parameters, make compare's recipe, two seeds each; runs/compare-rt.

@@ -1,7 +1,8 @@
 """Train every model of a scaled-down small isoFLOPs cell on the embedded corpus and compare them.
 
     make compare                                                   # about 13 minutes on 2 cores
-    make compare-long   # --preset long: 10x the tokens at d = 128, every model at two seeds (hours; resumable)
+    make compare-long   # --preset long: 10x the tokens at d = 128, every model at two seeds (hours; resumable,
+                        # --record results/compare-long keeps finished runs in the checkout across machines)
     .venv/bin/python launcher/compare.py --data data/python-stdlib --out runs/compare
     .venv/bin/python launcher/compare.py --data DATA --out OUT --preset quick       # smoke run
     make compare-rt   # --study rt: dense 4 x 64 against a layerwise Recurrent Transformer 2 x 90 (#27)
@@ -12,7 +13,9 @@ second seed of RecurrentGPT (the runs: rgpt_dist/studies/compare.py; the report:
 rgpt_dist/eval/compare.py). `--study rt`: the dense model against an RT with half its layers at equal
 non-embedding parameters, two seeds each (rgpt_dist/studies/rt_compare.py, rgpt_dist/eval/rt_compare.py;
 OUT/rt_compare.{md,json,png}). A run already finished is kept, an interrupted one resumes from its
-checkpoint. Writes OUT/compare.md (+ .json), OUT/grid.{md,csv,json}
+checkpoint; with --record DIR a run recorded in DIR is not trained again (rgpt_dist.studies.records),
+each run that finishes is recorded there, and the runs are trained cheapest first (training FLOPs per
+token), so a machine's time runs out on as few unfinished runs as possible. Writes OUT/compare.md (+ .json), OUT/grid.{md,csv,json}
 and OUT/early_exit.png; exit status 1 when a run fails (the others still run and are reported).
 """
 from __future__ import annotations
@@ -25,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # runnable as a script from a checkout
 
 from rgpt_dist.eval import compare as table1_report, rt_compare as rt_report  # noqa: E402
-from rgpt_dist.studies import compare as table1, rt_compare as rt  # noqa: E402
+from rgpt_dist.studies import compare as table1, records, rt_compare as rt  # noqa: E402
 from rgpt_dist.studies.launch import PRESETS, train_runs  # noqa: E402
 
 STUDIES = {"table1": (table1, table1_report), "rt": (rt, rt_report)}
@@ -39,7 +42,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--nproc", type=int, default=2, help="processes per run (default 2)")
     p.add_argument("--study", choices=sorted(STUDIES), default="table1",
                    help="table1: every model of the small cell (default); rt: dense against the layerwise RT")
+    p.add_argument("--record", help="keep each finished run's config.yaml, metrics.jsonl and record.json here "
+                   "(commit them): a run recorded here is not trained again, so a long study goes on across machines")
     return p
+
+
+def _pending(runs, args_of, record: Path, out: Path, data: str) -> list:
+    """The runs not yet recorded, cheapest first by their configs' training FLOPs per token."""
+    from rgpt_dist.config.experiment import load_config
+    from rgpt_dist.flops import train_flops
+
+    configs = {run.name: load_config(ROOT / run.config, args_of(run)) for run in runs}
+    todo = records.pending(runs, configs, record, out, data)
+    cost = {name: train_flops(cfg.model, cfg.train.seq_len) for name, cfg in configs.items()}
+    return sorted(todo, key=lambda run: cost[run.name])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,9 +68,16 @@ def main(argv: list[str] | None = None) -> int:
     study, reporter = STUDIES[args.study]
     every_seed = PRESETS[args.preset].get("every_seed") and args.study == "table1"  # rt: two seeds each already
     runs = study.plan(every_seed=True) if every_seed else study.plan()
-    failed = train_runs(runs, lambda run: study.overrides(run, args.preset, data, out), args.nproc)
+    args_of = lambda run: study.overrides(run, args.preset, data, out)  # noqa: E731
+    record = Path(args.record).resolve() if args.record else None
+    todo = _pending(runs, args_of, record, out, data) if record else runs
+    save = lambda run, wall_s: records.save(out / run.name, record / run.name, wall_s=wall_s, data_dir=data)  # noqa: E731
+    failed = train_runs(todo, args_of, args.nproc, on_done=save if record else None)
     paths = reporter.report(out, runs)
     print(paths["md"].read_text())
+    if record:
+        print(f"the runs' wall time, summed over the machines that trained them: "
+              f"{records.wall_seconds([record / run.name for run in runs]) / 3600:.2f} h")
     print(f"wrote {', '.join(str(p) for p in paths.values())}")
     return 1 if failed else 0
 
