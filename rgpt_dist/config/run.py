@@ -167,6 +167,11 @@ class CheckpointConfig(Section):
     """Also keep the checkpoint of the evaluation with the minimum validation loss (the earliest step
     on an exact tie; the RLT paper's checkpoint selection): saved at that step if the cadence did not,
     named in DIR/best.json and never pruned. Requires eval.every_steps > 0."""
+    init_from: str = ""
+    """A run directory, its checkpoints/, one step_* directory or an rgpt-export whose model weights
+    start this run (read without running code; names and shapes must match this model's): not its
+    optimizer, schedule or step. Ignored once the run has a checkpoint of its own to resume from.
+    Ouro's stage II (model.stage=gate) starts so from a stage-I run."""
     trust_pickle: bool = False
     """UNSAFE. Resume from checkpoint files that need full unpickling (code the file names runs on
     load). Off: such a file is refused with its name. Only for checkpoints you wrote yourself with an

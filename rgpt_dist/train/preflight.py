@@ -33,6 +33,9 @@ def preflight(cfg: Config, world_size: int) -> list[str]:
         out.append(f"log.run_dir={cfg.log.run_dir!r} exists and is not a directory")
     if cfg.checkpoint.dir and Path(cfg.checkpoint.dir).is_file():
         out.append(f"checkpoint.dir={cfg.checkpoint.dir!r} is a file")
+    from rgpt_dist.train.init_from import source_problem, wanted
+    if wanted(cfg):
+        out += [p for p in [source_problem(cfg.checkpoint.init_from)] if p]
     return out
 
 

@@ -20,6 +20,7 @@ from rgpt_dist.parallel.zero import gather_per_unit, init_distributed, init_engi
 from rgpt_dist.registry import build_model
 from rgpt_dist.safe_load import UntrustedCheckpoint
 from rgpt_dist.train.checkpoint import CheckpointManager, SaveRefused
+from rgpt_dist.train.init_from import InitFromMismatch, load_initial_weights, wanted as init_wanted
 from rgpt_dist.train.metrics import MetricsSink
 from rgpt_dist.train.optim import make_optimizer, make_scheduler
 from rgpt_dist.train.preemption import EXIT_PREEMPTED, StopRequested, ignore_signals, requeue_slurm_job
@@ -67,11 +68,28 @@ def shard_model(full: torch.nn.Module, cfg: Config, dims: ParallelDims) -> torch
     return model
 
 
+def _start_from(model: torch.nn.Module, cfg: Config, dims: ParallelDims) -> bool:
+    """checkpoint.init_from's weights into the full model, before tp sharding (every tp rank splits
+    the same weights); False, said once, when they are another model's: every rank reads the same
+    source, so all refuse together."""
+    if not init_wanted(cfg):
+        return True
+    try:
+        load_initial_weights(model, cfg.checkpoint.init_from)
+    except InitFromMismatch as e:
+        if dims.is_main:
+            print(f"train: {e}", file=sys.stderr, flush=True)
+        return False
+    if dims.is_main:
+        print(f"weights from {cfg.checkpoint.init_from}", flush=True)
+    return True
+
+
 def train(cfg: Config) -> int:
     """Run (or resume) training; returns the process exit status: 0 when train.max_steps is reached,
     EXIT_PREEMPTED when stopped on a signal after saving (requeued under SLURM), EXIT_REFUSED when
-    the checkpoint to resume from would run code on loading or belongs to a different run, or a save
-    met a planted link or file."""
+    the checkpoint to resume from would run code on loading or belongs to a different run, the
+    weights of checkpoint.init_from are another model's, or a save met a planted link or file."""
     stop = StopRequested()  # before anything slow: a signal during start-up stops after step one
     # checkpoints and exports record where the data is; a relative path found in one is resolved
     # against that checkpoint or export (never a reader's current directory), so record absolute ones
@@ -81,6 +99,8 @@ def train(cfg: Config) -> int:
     if dims.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
     model = build_model(cfg.model, factory=with_loss_norm(LayerFactory(), cfg), seed=cfg.train.seed)
+    if not _start_from(model, cfg, dims):
+        return EXIT_REFUSED
     if dims.tp > 1:
         model = shard_model(model, cfg, dims)
     compiled = apply_compile(model, cfg.parallel.compile_mode(), cfg.parallel.compile_backend)

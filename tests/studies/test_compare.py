@@ -35,15 +35,25 @@ def test_every_run_sees_the_same_tokens(tmp_path):
 def test_quick_compare_trains_every_model_and_reports(dataset, tmp_path, capsys):
     from launcher.compare import main
 
-    out = tmp_path / "compare"
-    assert main(["--data", str(dataset), "--out", str(out), "--preset", "quick", "--nproc", "1"]) == 0
+    out, record = tmp_path / "compare", tmp_path / "record"
+    args = ["--data", str(dataset), "--preset", "quick", "--nproc", "1", "--record", str(record)]
+    assert main([*args, "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    trained = [line.split(":")[0] for line in said.splitlines() if ": done in " in line]
+    assert sorted(trained) == sorted(r.name for r in plan()) and trained[-1] == "ouro-small-isoflops-seed1337"  # the dearest last
+    assert sorted(p.name for p in record.iterdir()) == sorted(trained)
+    # another machine (a fresh output directory) trains nothing and reports the same table
+    assert main([*args, "--out", str(tmp_path / "again")]) == 0
+    said = capsys.readouterr().out
+    assert ": done in " not in said and said.count("not trained again") == len(trained)
+    assert (tmp_path / "again" / "compare.md").read_text() == (out / "compare.md").read_text().replace(str(out), str(tmp_path / "again"))
     report = json.loads((out / "compare.json").read_text())
     assert [r["name"] for r in report["runs"]] == [r.name for r in plan()]
     assert all(r["status"] == "finished" and r["val_loss"] > 0 for r in report["runs"])
     assert all(r["early_exit"] for r in report["runs"] if r["family"] != "gpt2")
     assert set(report["seed_spread"]["runs"]) == {f"recurrentgpt-small-isoflops-seed{s}" for s in SEEDS}
     assert "Seed spread" in (out / "compare.md").read_text() and (out / "early_exit.png").stat().st_size > 0
-    assert "| Ouro |" in capsys.readouterr().out
+    assert "| Ouro |" in said
     assert main(["--data", str(tmp_path), "--out", str(out)]) == 2  # not a dataset
 
 
@@ -58,6 +68,7 @@ def test_the_long_preset_trains_every_model_at_both_seeds_on_ten_times_the_token
     assert tokens["long"] == 10 * tokens["cpu"] and PRESETS["long"]["d_model"] == 128
     o = overrides(runs[0], "long", "DATA", tmp_path)
     assert "checkpoint.every_steps=50" in o and "eval.every_steps=100" in o and "train.max_steps=500" in o
+    assert "parallel.dtype=bf16-autocast" in o and "parallel.dtype=fp32" in overrides(runs[0], "cpu", "DATA", tmp_path)
 
 
 def test_the_ordering_is_the_mean_over_seeds_beside_the_papers():
