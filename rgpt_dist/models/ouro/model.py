@@ -108,14 +108,15 @@ def exit_log_probs(gate_logits: torch.Tensor) -> torch.Tensor:
 
 def gate_stage_loss(gate_logits: torch.Tensor, losses: torch.Tensor, k: float, gamma: float) -> torch.Tensor:
     """Ouro's stage-II adaptive exit loss per token (B, T), from (r, B, T) gate logits of
-    lambda_1..lambda_r and per-token losses: the mean over t = 2..r of the binary cross-entropy
-    between the continue probability 1 - lambda_t and w_t = sigmoid(k (I_t - gamma)),
-    I_t = max(0, CE_{t-1} - CE_t), the losses detached (the gate is trained, not the model)."""
+    lambda_1..lambda_r and per-token losses: (1 / r) x the sum over t = 2..r (Ouro's normalisation,
+    1 / T_max) of the binary cross-entropy between the continue probability 1 - lambda_t and
+    w_t = sigmoid(k (I_t - gamma)), I_t = max(0, CE_{t-1} - CE_t), the losses detached (the gate is
+    trained, not the model)."""
     losses = losses.detach()
     w = torch.sigmoid(k * ((losses[:-1] - losses[1:]).clamp(min=0) - gamma))        # (r - 1, B, T)
     z = gate_logits[1:]                                                                # lambda_2..lambda_r
     bce = -(w * F.logsigmoid(-z) + (1 - w) * F.logsigmoid(z))                          # log(1 - lambda), log lambda
-    return bce.mean(0)
+    return bce.sum(0) / gate_logits.shape[0]
 
 
 class OuroGPT(LoopedLM):

@@ -77,14 +77,15 @@ def joint_objective(losses, logits, beta):
 
 
 def gate_objective(losses, logits, k, gamma):
-    """Ouro's stage II: mean over t = 2..r of the token mean of -[w log(1 - lambda) + (1 - w) log lambda]."""
+    """Ouro's stage II (Zhu et al. 2025, Eq. 6 and its sum over steps): (1 / T_max) sum over t = 2..T_max
+    of the token mean of -[w log(1 - lambda) + (1 - w) log lambda]."""
     terms = []
     for t in range(1, len(losses)):
         gain = torch.clamp(losses[t - 1].detach() - losses[t].detach(), min=0)
         w = 1 / (1 + torch.exp(-k * (gain - gamma)))
         lam = 1 / (1 + torch.exp(-logits[t]))
         terms.append(-(w * torch.log(1 - lam) + (1 - w) * torch.log(lam)).mean())
-    return sum(terms) / len(terms)
+    return sum(terms) / len(losses)
 
 
 @pytest.mark.parametrize("loop_norm,gate_input", [(False, "state"), (True, "coda"), (True, "state")])
