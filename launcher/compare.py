@@ -58,6 +58,15 @@ def _pending(runs, args_of, record: Path, out: Path, data: str) -> list:
     return sorted(todo, key=lambda run: cost[run.name])
 
 
+def _recorder(out: Path, record: Path, data: str):
+    """on_end of train_runs: tally every launch of a run; record the run once it has succeeded."""
+    def on_end(run, wall_s: float, returncode: int) -> None:
+        records.launch_ended(out / run.name, wall_s, returncode)
+        if returncode == 0:
+            records.save(out / run.name, record / run.name, data_dir=data)
+    return on_end
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     out = Path(args.out).resolve()
@@ -71,8 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     args_of = lambda run: study.overrides(run, args.preset, data, out)  # noqa: E731
     record = Path(args.record).resolve() if args.record else None
     todo = _pending(runs, args_of, record, out, data) if record else runs
-    save = lambda run, wall_s: records.save(out / run.name, record / run.name, wall_s=wall_s, data_dir=data)  # noqa: E731
-    failed = train_runs(todo, args_of, args.nproc, on_done=save if record else None)
+    failed = train_runs(todo, args_of, args.nproc, on_end=_recorder(out, record, data) if record else None)
     paths = reporter.report(out, runs)
     print(paths["md"].read_text())
     if record:

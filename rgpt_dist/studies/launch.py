@@ -59,10 +59,10 @@ def train_command(config: str, overrides: list[str], nproc: int) -> list[str]:
             "-m", "launcher.train", config, *overrides]
 
 
-def train_runs(runs: list, args_of, nproc: int = 2, jobs: int = 1, on_done=None) -> list[str]:
+def train_runs(runs: list, args_of, nproc: int = 2, jobs: int = 1, on_end=None) -> list[str]:
     """Trains each run (`.name`, `.config` relative to the checkout) with the overrides args_of(run),
     `jobs` runs at a time (each on nproc processes); prints one line per run as it ends and calls
-    on_done(run, wall_s) for each that succeeded; returns the names of those that failed, whose
+    on_end(run, wall_s, returncode); returns the names of those that failed, whose
     stderr's tail is printed (the others still run). A finished run is kept, an interrupted one
     resumes (the trainer's own rules)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
@@ -79,8 +79,8 @@ def train_runs(runs: list, args_of, nproc: int = 2, jobs: int = 1, on_done=None)
             proc.wait()
             status = "done" if proc.returncode == 0 else f"FAILED ({proc.returncode})"
             print(f"{run.name}: {status} in {time.perf_counter() - start:.0f} s", flush=True)
-            if proc.returncode == 0 and on_done is not None:
-                on_done(run, time.perf_counter() - start)
+            if on_end is not None:
+                on_end(run, time.perf_counter() - start, proc.returncode)
             if proc.returncode != 0:
                 failed.append(run.name)
                 err.seek(0)

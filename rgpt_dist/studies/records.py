@@ -2,7 +2,8 @@
 lease (the long CPU comparison: hours on 2 cores) goes on where the last machine stopped.
 
 A run's record is what the reports read, config.yaml and metrics.jsonl (rgpt_dist.eval.grid), plus
-record.json (the run's wall time, the date, the dataset's fingerprint); never a checkpoint. A record
+record.json (the run's wall time over its launches, the date, the dataset's fingerprint); never a
+checkpoint. A record
 stands for a run only when it is finished, was trained on the same dataset and its config equals the
 one the study would train now up to the machine's own paths; otherwise the run is trained again and
 the launcher says why. No torch import.
@@ -29,14 +30,31 @@ def fingerprint(data_dir: str | Path) -> str:
     return hashlib.sha256((Path(data_dir) / "manifest.json").read_bytes()).hexdigest()
 
 
-def save(run_dir: str | Path, record_dir: str | Path, *, wall_s: float, data_dir: str | Path) -> Path:
+LAUNCHES = "launches.jsonl"
+"""In a run directory: one line per launch of the run that the launcher saw end (wall time, exit
+status), so that a run resumed after a failure is recorded with all the time it took."""
+
+
+def launch_ended(run_dir: str | Path, wall_s: float, returncode: int) -> None:
+    """Appends one launch of the run to its LAUNCHES tally (a run refused before it made its
+    directory gets one)."""
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    with open(Path(run_dir) / LAUNCHES, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"wall_s": round(wall_s, 1), "returncode": returncode}) + "\n")
+
+
+def save(run_dir: str | Path, record_dir: str | Path, *, data_dir: str | Path) -> Path:
     """Copies a finished run's config.yaml and metrics.jsonl into record_dir (each file atomically,
-    record.json last: a record without it is incomplete and ignored) and returns record_dir."""
+    record.json last: a record without it is incomplete and ignored) with the summed wall time of
+    its launches (LAUNCHES; a launch killed with the launcher itself is not in it) and returns
+    record_dir."""
     run_dir, record_dir = Path(run_dir), Path(record_dir)
+    launches = [json.loads(line) for line in (run_dir / LAUNCHES).read_text().splitlines() if line.strip()]
     record_dir.mkdir(parents=True, exist_ok=True)
     for name in RECORD_FILES:
         atomic_write_bytes(record_dir / name, (run_dir / name).read_bytes())
-    meta = {"run": run_dir.name, "wall_s": round(wall_s, 1), "data_sha256": fingerprint(data_dir),
+    meta = {"run": run_dir.name, "wall_s": round(sum(x["wall_s"] for x in launches), 1), "launches": len(launches),
+            "data_sha256": fingerprint(data_dir),
             "finished_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
             "cpus": os.cpu_count()}
     atomic_write_text(record_dir / "record.json", json.dumps(meta, indent=1) + "\n")

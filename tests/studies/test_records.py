@@ -37,9 +37,13 @@ def data(tmp_path):
 
 
 def test_a_record_made_on_another_machine_stands_for_the_same_run(tmp_path, data):
-    rec = records.save(_run_dir(tmp_path), tmp_path / "rec" / "r", wall_s=12.34, data_dir=data)
+    run = _run_dir(tmp_path)
+    records.launch_ended(run, 5.04, -9)  # killed, then resumed to the end: the record holds both launches
+    records.launch_ended(run, 7.3, 0)
+    rec = records.save(run, tmp_path / "rec" / "r", data_dir=data)
     meta = json.loads((rec / "record.json").read_text())
-    assert meta["wall_s"] == 12.3 and meta["data_sha256"] == records.fingerprint(data) and meta["run"] == "run"
+    assert meta["wall_s"] == 12.3 and meta["launches"] == 2 and meta["run"] == "run"
+    assert meta["data_sha256"] == records.fingerprint(data)
     # the same run as machine b would train it: other data and run paths, everything else equal
     assert records.why_not(rec, _config(tmp_path, "machine-b"), data) is None
     out = tmp_path / "machine-b" / "out" / "r"
@@ -49,8 +53,13 @@ def test_a_record_made_on_another_machine_stands_for_the_same_run(tmp_path, data
     assert records.wall_seconds([rec, rec, tmp_path / "missing"]) == pytest.approx(24.6)
 
 
+def _save(run, record_dir, data):
+    records.launch_ended(run, 1.0, 0)
+    return records.save(run, record_dir, data_dir=data)
+
+
 def test_a_record_that_does_not_stand_for_the_run_says_why(tmp_path, data):
-    rec = records.save(_run_dir(tmp_path), tmp_path / "rec" / "r", wall_s=1.0, data_dir=data)
+    rec = _save(_run_dir(tmp_path), tmp_path / "rec" / "r", data)
     assert "config.yaml differs" in records.why_not(rec, _config(tmp_path, "b", "train.lr=1e-3"), data)
     assert "config.yaml differs" in records.why_not(rec, _config(tmp_path, "b", "train.seed=7"), data)
     other = tmp_path / "other-data"
@@ -58,7 +67,7 @@ def test_a_record_that_does_not_stand_for_the_run_says_why(tmp_path, data):
     (other / "manifest.json").write_text('{"shards": ["b"]}\n')
     assert "another dataset" in records.why_not(rec, _config(tmp_path, "b"), other)
     assert records.why_not(tmp_path / "rec" / "none", _config(tmp_path, "b"), data) == "no record"
-    half = records.save(_run_dir(tmp_path, "machine-c", 1), tmp_path / "rec" / "half", wall_s=1.0, data_dir=data)
+    half = _save(_run_dir(tmp_path, "machine-c", 1), tmp_path / "rec" / "half", data)
     assert "not finished (1/2" in records.why_not(half, _config(tmp_path, "b"), data)
     (rec / "record.json").unlink()  # written last: without it the record is incomplete
     assert records.why_not(rec, _config(tmp_path, "b"), data) == "no record"
@@ -66,8 +75,8 @@ def test_a_record_that_does_not_stand_for_the_run_says_why(tmp_path, data):
 
 def test_pending_restores_the_recorded_runs_and_keeps_the_others(tmp_path, data, capsys):
     runs = [Run("gpt2-debug", 1), Run("gpt2-debug", 2), Run("gpt2-debug", 3)]
-    records.save(_run_dir(tmp_path), tmp_path / "rec" / runs[0].name, wall_s=1.0, data_dir=data)
-    records.save(_run_dir(tmp_path, "machine-c"), tmp_path / "rec" / runs[1].name, wall_s=1.0, data_dir=data)
+    _save(_run_dir(tmp_path), tmp_path / "rec" / runs[0].name, data)
+    _save(_run_dir(tmp_path, "machine-c"), tmp_path / "rec" / runs[1].name, data)
     configs = {runs[0].name: _config(tmp_path, "b"), runs[1].name: _config(tmp_path, "b", "train.lr=1e-3"),
                runs[2].name: _config(tmp_path, "b")}
     todo = records.pending(runs, configs, tmp_path / "rec", tmp_path / "out", data)
