@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compare: {data} is not an rgpt-prep dataset (no manifest.json)", file=sys.stderr)
         return 2
     study, reporter = STUDIES[args.study]
+    out.mkdir(parents=True, exist_ok=True)  # the report is written even when every run failed
     every_seed = PRESETS[args.preset].get("every_seed") and args.study == "table1"  # rt: two seeds each already
     runs = study.plan(every_seed=True) if every_seed else study.plan()
     args_of = lambda run: study.overrides(run, args.preset, data, out)  # noqa: E731
