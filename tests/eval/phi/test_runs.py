@@ -96,7 +96,12 @@ def test_groups_are_fitted_apart_and_their_difference_reported(runs, tmp_path):
     assert abs(compare["groups"]["half"]["phi"] - 0.5) < 2e-3 and abs(compare["groups"]["more"]["phi"] - 0.8) < 2e-3
     [pair] = compare["differences"]
     assert (pair["a"], pair["b"]) == ("half", "more") and math.isclose(pair["phi_a_minus_b"], -0.3, abs_tol=4e-3)
-    assert pair["interval"][0] <= pair["phi_a_minus_b"] <= pair["interval"][1]
+    # noise-free data: the resamples' differences lie within 1.4e-5 below the full-data fit's, and the upper
+    # percentile is the full-data value itself up to the fits' convergence (phi to 5e-9, rgpt_dist/eval/
+    # phi/fit.py): on one host the estimate fell 2.6e-13 outside (2026-12-03). Slack: two fits' convergence.
+    slack = 1e-8
+    assert pair["interval"][0] - slack <= pair["phi_a_minus_b"] <= pair["interval"][1] + slack
+    assert pair["interval"][1] - pair["interval"][0] < 1e-3
     assert (out / "half" / "phi.json").is_file() and (out / "more" / "phi.png").is_file()
 
 
