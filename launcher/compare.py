@@ -40,6 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="directory of the runs and the report")
     p.add_argument("--preset", choices=sorted(PRESETS), default="cpu", help="model width, batch and steps")
     p.add_argument("--nproc", type=int, default=2, help="processes per run (default 2)")
+    p.add_argument("--jobs", type=int, default=1, help="runs trained at a time (default 1; e.g. 2 with --nproc 1 "
+                   "on 2 cores)")
     p.add_argument("--study", choices=sorted(STUDIES), default="table1",
                    help="table1: every model of the small cell (default); rt: dense against the layerwise RT")
     p.add_argument("--record", help="keep each finished run's config.yaml, metrics.jsonl and record.json here "
@@ -71,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     out = Path(args.out).resolve()
     data = str(Path(args.data).resolve())
+    if args.nproc < 1 or args.jobs < 1:
+        print(f"compare: --nproc {args.nproc} and --jobs {args.jobs} must be >= 1", file=sys.stderr)
+        return 2
     if not (Path(data) / "manifest.json").is_file():
         print(f"compare: {data} is not an rgpt-prep dataset (no manifest.json)", file=sys.stderr)
         return 2
@@ -81,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     args_of = lambda run: study.overrides(run, args.preset, data, out)  # noqa: E731
     record = Path(args.record).resolve() if args.record else None
     todo = _pending(runs, args_of, record, out, data) if record else runs
-    failed = train_runs(todo, args_of, args.nproc, on_end=_recorder(out, record, data) if record else None)
+    failed = train_runs(todo, args_of, args.nproc, args.jobs, on_end=_recorder(out, record, data) if record else None)
     paths = reporter.report(out, runs)
     print(paths["md"].read_text())
     if record:

@@ -36,7 +36,7 @@ def test_quick_compare_trains_every_model_and_reports(dataset, tmp_path, capsys)
     from launcher.compare import main
 
     out, record = tmp_path / "compare", tmp_path / "record"
-    args = ["--data", str(dataset), "--preset", "quick", "--nproc", "1", "--record", str(record)]
+    args = ["--data", str(dataset), "--preset", "quick", "--nproc", "1", "--jobs", "2", "--record", str(record)]
     assert main([*args, "--out", str(out)]) == 0
     said = capsys.readouterr().out
     trained = [line.split(":")[0] for line in said.splitlines() if ": done in " in line]
@@ -55,6 +55,7 @@ def test_quick_compare_trains_every_model_and_reports(dataset, tmp_path, capsys)
     assert "Seed spread" in (out / "compare.md").read_text() and (out / "early_exit.png").stat().st_size > 0
     assert "| Ouro |" in said
     assert main(["--data", str(tmp_path), "--out", str(out)]) == 2  # not a dataset
+    assert main([*args, "--out", str(out), "--jobs", "0"]) == 2
 
 
 def test_the_long_preset_trains_every_model_at_both_seeds_on_ten_times_the_tokens(tmp_path):
