@@ -5,6 +5,7 @@
                         # --record results/compare-long keeps finished runs in the checkout across machines)
     .venv/bin/python launcher/compare.py --data data/python-stdlib --out runs/compare
     .venv/bin/python launcher/compare.py --data DATA --out OUT --preset quick       # smoke run
+    ... --nproc 1 --jobs 2     # two one-process runs at a time instead of one two-process run
     make compare-rt   # --study rt: dense 4 x 64 against a layerwise Recurrent Transformer 2 x 90 (#27)
 
 One torchrun per run (2 processes, ZeRO-2, fp32): the cell's dense baseline and every recurrent
