@@ -77,10 +77,11 @@ def train_runs(runs: list, args_of, nproc: int = 2, jobs: int = 1, on_end=None) 
         run, proc, err, start = running.pop(0)  # the oldest first: a study's runs are of similar length
         with err:
             proc.wait()
+            wall_s = time.perf_counter() - start
             status = "done" if proc.returncode == 0 else f"FAILED ({proc.returncode})"
-            print(f"{run.name}: {status} in {time.perf_counter() - start:.0f} s", flush=True)
+            print(f"{run.name}: {status} in {wall_s:.0f} s", flush=True)
             if on_end is not None:
-                on_end(run, time.perf_counter() - start, proc.returncode)
+                on_end(run, wall_s, proc.returncode)
             if proc.returncode != 0:
                 failed.append(run.name)
                 err.seek(0)
