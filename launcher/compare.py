@@ -6,6 +6,7 @@
     .venv/bin/python launcher/compare.py --data data/python-stdlib --out runs/compare
     .venv/bin/python launcher/compare.py --data DATA --out OUT --preset quick       # smoke run
     ... --nproc 1 --jobs 2     # two one-process runs at a time instead of one two-process run
+    ... --only 'ouro-*'        # train only these runs now (fnmatch, comma-separated); the report covers all
     make compare-rt   # --study rt: dense 4 x 64 against a layerwise Recurrent Transformer 2 x 90 (#27)
 
 One torchrun per run (2 processes, ZeRO-2, fp32): the cell's dense baseline and every recurrent
@@ -22,6 +23,7 @@ and OUT/early_exit.png; exit status 1 when a run fails (the others still run and
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import sys
 from pathlib import Path
 
@@ -47,7 +49,21 @@ def _parser() -> argparse.ArgumentParser:
                    help="table1: every model of the small cell (default); rt: dense against the layerwise RT")
     p.add_argument("--record", help="keep each finished run's config.yaml, metrics.jsonl and record.json here "
                    "(commit them): a run recorded here is not trained again, so a long study goes on across machines")
+    p.add_argument("--only", help="train only the runs whose names match these comma-separated fnmatch patterns "
+                   "(e.g. 'ouro-*' to start a long run first on a fresh machine); the report still covers every run")
     return p
+
+
+def _chosen(runs: list, only: str | None) -> list:
+    """The runs matching any of `only`'s patterns (all when None); ValueError names a pattern that
+    matches no run."""
+    if only is None:
+        return runs
+    patterns = [p.strip() for p in only.split(",") if p.strip()]
+    unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(r.name, p) for r in runs)]
+    if unmatched or not patterns:
+        raise ValueError(f"--only {only!r}: {unmatched or 'no pattern'} matches none of {[r.name for r in runs]}")
+    return [r for r in runs if any(fnmatch.fnmatchcase(r.name, p) for p in patterns)]
 
 
 def _pending(runs, args_of, record: Path, out: Path, data: str) -> list:
@@ -81,12 +97,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compare: {data} is not an rgpt-prep dataset (no manifest.json)", file=sys.stderr)
         return 2
     study, reporter = STUDIES[args.study]
-    out.mkdir(parents=True, exist_ok=True)  # the report is written even when every run failed
     every_seed = PRESETS[args.preset].get("every_seed") and args.study == "table1"  # rt: two seeds each already
     runs = study.plan(every_seed=True) if every_seed else study.plan()
+    try:
+        chosen = _chosen(runs, args.only)
+    except ValueError as e:
+        print(f"compare: {e}", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)  # the report is written even when every run failed
     args_of = lambda run: study.overrides(run, args.preset, data, out)  # noqa: E731
     record = Path(args.record).resolve() if args.record else None
-    todo = _pending(runs, args_of, record, out, data) if record else runs
+    todo = _pending(chosen, args_of, record, out, data) if record else chosen
     failed = train_runs(todo, args_of, args.nproc, args.jobs, on_end=_recorder(out, record, data) if record else None)
     paths = reporter.report(out, runs)
     print(paths["md"].read_text())

@@ -88,3 +88,20 @@ def test_the_ordering_is_the_mean_over_seeds_beside_the_papers():
     assert mor["paper_val_loss"] == 3.30 and (mor["paper_rank"], gpt2["paper_rank"], models[2]["paper_rank"]) == (3, 1, 2)
     text = ordering_markdown(models)
     assert "| 1 | MoR | `mor-small-isoflops` | 2 | 2.9500 | 0.0707 | 0.1000 | 3.30 | 3 |" in text
+
+
+def test_only_picks_runs_by_pattern_and_refuses_one_that_matches_nothing(tmp_path):
+    """`--only` lets a fresh machine start the dearest runs first; a typo trains nothing."""
+    from launcher.compare import _chosen, main
+
+    runs = plan(every_seed=True)
+    assert [r.name for r in _chosen(runs, "ouro-*")] == ["ouro-small-isoflops-seed1337", "ouro-small-isoflops-seed42"]
+    assert [r.name for r in _chosen(runs, "gpt2-*-seed42, ouro-*42")] == ["gpt2-small-seed42", "ouro-small-isoflops-seed42"]
+    assert _chosen(runs, None) == runs
+    for bad in ("ouro-*,nope-*", " , "):
+        with pytest.raises(ValueError, match="matches none"):
+            _chosen(runs, bad)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "manifest.json").write_text("{}")
+    assert main(["--data", str(tmp_path / "data"), "--out", str(tmp_path / "out"), "--only", "nope-*"]) == 2
+    assert not (tmp_path / "out").exists()  # refused before anything is written
