@@ -112,8 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     paths = reporter.report(out, runs)
     print(paths["md"].read_text())
     if record:
+        kept = [record / run.name for run in runs]
         print(f"the runs' wall time, summed over the machines that trained them: "
-              f"{records.wall_seconds([record / run.name for run in runs]) / 3600:.2f} h")
+              f"{records.wall_seconds(kept) / 3600:.2f} h ({records.wall_seconds(kept, 'train_s') / 3600:.2f} h "
+              "in training steps)")
     print(f"wrote {', '.join(str(p) for p in paths.values())}")
     return 1 if failed else 0
 

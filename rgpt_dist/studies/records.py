@@ -43,17 +43,31 @@ def launch_ended(run_dir: str | Path, wall_s: float, returncode: int) -> None:
         f.write(json.dumps({"wall_s": round(wall_s, 1), "returncode": returncode}) + "\n")
 
 
+def train_seconds(metrics: str | Path) -> float:
+    """Seconds spent in training steps, from metrics.jsonl's logged throughput (each logged window's
+    tokens over its tokens/s): every step counted once, even one of a launch that the LAUNCHES tally
+    missed (killed with the launcher); it leaves out start-up, evaluation and checkpoints."""
+    seconds, tokens = 0.0, 0
+    for line in Path(metrics).read_text().splitlines():
+        row = json.loads(line) if line.strip() else {}
+        if row.get("tokens_per_s"):
+            seconds += (row["tokens"] - tokens) / row["tokens_per_s"]
+            tokens = row["tokens"]
+    return seconds
+
+
 def save(run_dir: str | Path, record_dir: str | Path, *, data_dir: str | Path) -> Path:
     """Copies a finished run's config.yaml and metrics.jsonl into record_dir (each file atomically,
     record.json last: a record without it is incomplete and ignored) with the summed wall time of
-    its launches (LAUNCHES; a launch killed with the launcher itself is not in it) and returns
-    record_dir."""
+    its launches (LAUNCHES; a launch killed with the launcher itself is not in it) and its time in
+    training steps (train_seconds), and returns record_dir."""
     run_dir, record_dir = Path(run_dir), Path(record_dir)
     launches = [json.loads(line) for line in (run_dir / LAUNCHES).read_text().splitlines() if line.strip()]
     record_dir.mkdir(parents=True, exist_ok=True)
     for name in RECORD_FILES:
         atomic_write_bytes(record_dir / name, (run_dir / name).read_bytes())
     meta = {"run": run_dir.name, "wall_s": round(sum(x["wall_s"] for x in launches), 1), "launches": len(launches),
+            "train_s": round(train_seconds(run_dir / "metrics.jsonl"), 1),
             "data_sha256": fingerprint(data_dir),
             "finished_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
             "cpus": os.cpu_count()}
@@ -97,10 +111,11 @@ def restore(record_dir: str | Path, run_dir: str | Path) -> None:
         shutil.copyfile(Path(record_dir) / name, run_dir / name)
 
 
-def wall_seconds(record_dirs: list[Path]) -> float:
-    """The summed wall time of the records that have one: a study's time across machines."""
-    return sum(json.loads((d / "record.json").read_text())["wall_s"] for d in record_dirs
-               if (d / "record.json").is_file())
+def wall_seconds(record_dirs: list[Path], key: str = "wall_s") -> float:
+    """The summed wall time (or `key`: train_s, the time in training steps) of the records that
+    have one: a study's time across machines."""
+    metas = [json.loads((d / "record.json").read_text()) for d in record_dirs if (d / "record.json").is_file()]
+    return sum(m.get(key, 0.0) for m in metas)
 
 
 def pending(runs: list, configs: dict[str, Any], record_root: str | Path, out_dir: str | Path,

@@ -53,6 +53,18 @@ def test_a_record_made_on_another_machine_stands_for_the_same_run(tmp_path, data
     assert records.wall_seconds([rec, rec, tmp_path / "missing"]) == pytest.approx(24.6)
 
 
+def test_time_in_training_steps_counts_each_logged_window_once(tmp_path):
+    """train_s: each logged window's tokens over its throughput, including windows of a launch the
+    tally missed; evaluation rows and rows without throughput add nothing."""
+    rows = [{"step": 10, "tokens": 1000, "tokens_per_s": 100.0},   # 10 s
+            {"step": 20, "tokens": 2000, "tokens_per_s": 50.0},    # 20 s (e.g. an earlier, untallied launch)
+            {"step": 20, "val_loss": 3.0},
+            {"step": 25, "tokens": 2500},                           # no throughput logged
+            {"step": 30, "tokens": 3000, "tokens_per_s": 250.0}]   # 4 s for the 1,000 tokens since step 20
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + "\n")
+    assert records.train_seconds(tmp_path / "metrics.jsonl") == pytest.approx(34.0)
+
+
 def _save(run, record_dir, data):
     records.launch_ended(run, 1.0, 0)
     return records.save(run, record_dir, data_dir=data)
