@@ -136,6 +136,9 @@ def train(cfg: Config) -> int:
     if not finished:
         ignore_signals()  # saved or refused: the exit status must be the same on every rank
     torch.distributed.barrier()  # no rank exits (and makes torchrun SIGTERM the rest) before all ignore
+    # joined here, not by the interpreter's teardown: a communicator thread still joinable when its
+    # object is destroyed at exit aborts the process ("terminate called without an active exception")
+    torch.distributed.destroy_process_group()
     if refused:
         return EXIT_REFUSED
     if finished:
