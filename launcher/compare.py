@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)  # the report is written even when every run failed
     args_of = lambda run: study.overrides(run, args.preset, data, out)  # noqa: E731
     record = Path(args.record).resolve() if args.record else None
-    todo = _pending(chosen, args_of, record, out, data) if record else chosen
+    # every recorded run is restored into `out` (the report covers them all), only chosen ones trained
+    todo = [run for run in (_pending(runs, args_of, record, out, data) if record else runs) if run in chosen]
     failed = train_runs(todo, args_of, args.nproc, args.jobs, on_end=_recorder(out, record, data) if record else None)
     paths = reporter.report(out, runs)
     print(paths["md"].read_text())

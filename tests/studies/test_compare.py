@@ -105,3 +105,34 @@ def test_only_picks_runs_by_pattern_and_refuses_one_that_matches_nothing(tmp_pat
     (tmp_path / "data" / "manifest.json").write_text("{}")
     assert main(["--data", str(tmp_path / "data"), "--out", str(tmp_path / "out"), "--only", "nope-*"]) == 2
     assert not (tmp_path / "out").exists()  # refused before anything is written
+
+
+def test_only_trains_the_chosen_runs_and_reports_the_recorded_others(tmp_path, monkeypatch):
+    """A fresh machine given `--only` restores every recorded run (the report covers them), trains
+    only the chosen ones that are not recorded."""
+    import launcher.compare as launcher
+    from rgpt_dist.studies import records
+
+    recorded = {"mor-small-isoflops-seed42", "ouro-small-isoflops-seed42"}  # as if committed by earlier machines
+    for name in recorded:
+        (tmp_path / "rec" / name).mkdir(parents=True)
+        for f in ("config.yaml", "metrics.jsonl", "record.json"):
+            (tmp_path / "rec" / name / f).write_text(f"{name}\n" if f == "config.yaml" else "{}\n")
+    monkeypatch.setattr(records, "why_not", lambda d, cfg, data: None if d.name in recorded else "no record")
+    trained = []
+    monkeypatch.setattr(launcher, "train_runs", lambda todo, *a, **k: trained.extend(r.name for r in todo) or [])
+    monkeypatch.setattr(launcher.table1_report, "report", lambda out, runs: {"md": _write(out / "compare.md", "")})
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "manifest.json").write_text("{}")
+    out = tmp_path / "out"
+    assert launcher.main(["--data", str(tmp_path / "data"), "--out", str(out), "--preset", "long",
+                          "--record", str(tmp_path / "rec"), "--only", "ouro-*,gpt2-*"]) == 0
+    # chosen and not recorded, cheapest first
+    assert trained == ["gpt2-small-seed1337", "gpt2-small-seed42", "ouro-small-isoflops-seed1337"]
+    assert {p.name for p in out.iterdir() if p.is_dir()} == recorded  # restored, chosen or not: the report reads them
+    assert (out / "mor-small-isoflops-seed42" / "config.yaml").read_text() == "mor-small-isoflops-seed42\n"
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path
