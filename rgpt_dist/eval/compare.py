@@ -26,7 +26,8 @@ def report(out_dir: str | Path, runs: list[Run]) -> dict[str, Path]:
     models = model_summary(table)
     (out_dir / "compare.json").write_text(strict_json.dumps({"runs": table, "seed_spread": spread, "models": models},
                                                             indent=1) + "\n")
-    (out_dir / "compare.md").write_text(markdown(table, spread) + ordering_markdown(models))
+    every_seeded = all(m["seeds"] > 1 for m in models)
+    (out_dir / "compare.md").write_text(markdown(table, spread, every_seeded) + ordering_markdown(models))
     plot_early_exit(table, out_dir / "early_exit.png")
     return {**paths, "md": out_dir / "compare.md", "json": out_dir / "compare.json", "png": out_dir / "early_exit.png"}
 
@@ -81,7 +82,9 @@ def ordering_markdown(models: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def markdown(rows: list[dict[str, Any]], spread: dict[str, Any] | None) -> str:
+def markdown(rows: list[dict[str, Any]], spread: dict[str, Any] | None, every_seeded: bool = False) -> str:
+    """The per-run table and the spread model's seeds; `every_seeded`: every model has its own spread
+    (the ordering's), so this one model's is not the noise level of the others."""
     head = ("| method | run | layout | params | train GFLOPs/token | tokens | val loss (R) | vs dense | "
             "early exit (r = 0..R) | status |\n|---|---|---|---|---|---|---|---|---|---|\n")
     lines = []
@@ -96,8 +99,9 @@ def markdown(rows: list[dict[str, Any]], spread: dict[str, Any] | None) -> str:
     if spread:
         seeds = ", ".join(f"{code(name)} {loss:.4f}" for name, loss in spread["runs"].items())
         text += (f"\nSeed spread ({SPREAD_FAMILY}): {seeds}; mean {spread['mean']:.4f}, max - min "
-                 f"{spread['range']:.4f}. Differences between methods smaller than this are within "
-                 f"run-to-run noise.\n")
+                 f"{spread['range']:.4f}. " + ("Every model's own spread is in the ordering below: read "
+                 "each difference against those.\n" if every_seeded else "Differences between methods "
+                 "smaller than this are within run-to-run noise.\n"))
     return text
 
 

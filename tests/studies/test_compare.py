@@ -136,3 +136,13 @@ def test_only_trains_the_chosen_runs_and_reports_the_recorded_others(tmp_path, m
 def _write(path, text):
     path.write_text(text)
     return path
+
+
+def test_one_models_seed_spread_is_not_called_the_noise_when_every_model_has_its_own():
+    from rgpt_dist.eval.compare import markdown
+
+    spread = {"runs": {"recurrentgpt-small-isoflops-seed1337": 3.029, "recurrentgpt-small-isoflops-seed42": 3.0275},
+              "mean": 3.02825, "range": 0.0015}
+    assert "within run-to-run noise" in markdown([], spread)  # `make compare`: the only spread there is
+    text = markdown([], spread, every_seeded=True)  # the long preset: each model's spread is in the ordering
+    assert "within run-to-run noise" not in text and "Every model's own spread" in text and "0.0015" in text
