@@ -106,21 +106,33 @@ def markdown(rows: list[dict[str, Any]], spread: dict[str, Any] | None, every_se
 
 
 def plot_early_exit(rows: list[dict[str, Any]], path: Path) -> None:
-    """Validation loss at every exit depth of each depth-recurrent run, the dense run as a line."""
+    """Validation loss at every exit depth of each depth-recurrent run, the dense runs as lines: the
+    whole range on the left, zoomed on the right onto the losses from r = 1 on (a noise-state start,
+    Poisson's r = 0, is 4x the rest). One colour per method, one line style per seed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for r in rows:
-        if r["early_exit"]:
-            ax.plot(range(len(r["early_exit"])), r["early_exit"], "o-", label=f"{r['method']} ({r['name']})")
-        elif r["setting"] == "dense" and r["val_loss"] is not None:
-            ax.axhline(r["val_loss"], color="grey", linestyle="--", label=f"{r['method']} ({r['name']})")
-    ax.set(xlabel="exit depth r (0 = prelude into coda)", ylabel="validation loss",
-           title="early exit, scaled-down small isoFLOPs cell")
-    ax.legend(fontsize=7)
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    seeds = list(dict.fromkeys(r["name"].rsplit("-seed", 1)[-1] for r in rows))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    late = [x for r in rows for x in (r["early_exit"] or [])[1:]]
+    late += [r["val_loss"] for r in rows if r["setting"] == "dense" and r["val_loss"] is not None]
+    for ax in axes:
+        for r in rows:
+            style = dict(color=f"C{methods.index(r['method'])}", label=f"{r['method']} ({r['name']})",
+                         linestyle=("-", "--", ":", "-.")[seeds.index(r["name"].rsplit("-seed", 1)[-1]) % 4])
+            if r["early_exit"]:
+                ax.plot(range(len(r["early_exit"])), r["early_exit"], marker="o", markersize=3, **style)
+            elif r["setting"] == "dense" and r["val_loss"] is not None:
+                ax.axhline(r["val_loss"], linewidth=1, **style)
+        ax.set(xlabel="exit depth r (0 = prelude into coda)", ylabel="validation loss")
+    axes[0].set_title("early exit, scaled-down small isoFLOPs cell")
+    if late:
+        pad = 0.05 * (max(late) - min(late) or 1.0)
+        axes[1].set(ylim=(min(late) - pad, max(late) + pad), title="zoomed: r >= 1 and the dense runs")
+    axes[1].legend(fontsize=6, loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
