@@ -5,6 +5,7 @@ runs' own records. No torch import.
 """
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -118,7 +119,8 @@ def plot_early_exit(rows: list[dict[str, Any]], path: Path) -> None:
     seeds = list(dict.fromkeys(r["name"].rsplit("-seed", 1)[-1] for r in rows))
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     late = [x for r in rows for x in (r["early_exit"] or [])[1:]]
-    late += [r["val_loss"] for r in rows if r["setting"] == "dense" and r["val_loss"] is not None]
+    late += [r["val_loss"] for r in rows if r["setting"] == "dense"]
+    late = [x for x in late if x is not None and math.isfinite(x)]  # a diverged exit has no place on the axis
     for ax in axes:
         for r in rows:
             style = dict(color=f"C{methods.index(r['method'])}", label=f"{r['method']} ({r['name']})",
