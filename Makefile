@@ -56,8 +56,9 @@ compare: vocab
 
 # The long CPU study (#29, docs/evaluation.md): every model of the small cell at d = 128 on 10x make
 # compare's tokens (500 steps of 32 x 128, bf16 autocast), two seeds each, cheapest first: 4.5 hours
-# on 2 cores (measured 2026-12-05). A killed run resumes from its checkpoint (every 50 steps); a finished one is recorded in
-# results/compare-long (commit it) and not trained again on any machine: run it again until it ends.
+# on 2 cores (measured 2026-12-05). A killed run resumes from its checkpoint (every 50 steps); a
+# finished one is recorded in results/compare-long (commit it) and not trained again on any machine:
+# run it again until it ends.
 compare-long: vocab
 	test -f data/python-stdlib/manifest.json || \
 	  .venv/bin/rgpt-prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2

@@ -51,7 +51,7 @@ def model_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     by_model: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
-        by_model.setdefault(r["name"].rsplit("-seed", 1)[0], []).append(r)
+        by_model.setdefault(_split_name(r["name"])[0], []).append(r)
     paper = paper_val_loss()
     out = []
     for model, runs in by_model.items():
@@ -106,6 +106,12 @@ def markdown(rows: list[dict[str, Any]], spread: dict[str, Any] | None, every_se
     return text
 
 
+def _split_name(run_name: str) -> tuple[str, str]:
+    """(model, seed) of a run's name, `<flavour>-seed<seed>` (rgpt_dist.studies.compare.Run.name)."""
+    model, _, seed = run_name.rpartition("-seed")
+    return (model, seed) if model else (run_name, "")
+
+
 def plot_early_exit(rows: list[dict[str, Any]], path: Path) -> None:
     """Validation loss at every exit depth of each depth-recurrent run, the dense runs as lines: the
     whole range on the left, zoomed on the right onto the losses from r = 1 on (a noise-state start,
@@ -116,7 +122,7 @@ def plot_early_exit(rows: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     methods = list(dict.fromkeys(r["method"] for r in rows))
-    seeds = list(dict.fromkeys(r["name"].rsplit("-seed", 1)[-1] for r in rows))
+    seeds = list(dict.fromkeys(_split_name(r["name"])[1] for r in rows))
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     late = [x for r in rows for x in (r["early_exit"] or [])[1:]]
     late += [r["val_loss"] for r in rows if r["setting"] == "dense"]
@@ -124,7 +130,7 @@ def plot_early_exit(rows: list[dict[str, Any]], path: Path) -> None:
     for ax in axes:
         for r in rows:
             style = dict(color=f"C{methods.index(r['method'])}", label=f"{r['method']} ({r['name']})",
-                         linestyle=("-", "--", ":", "-.")[seeds.index(r["name"].rsplit("-seed", 1)[-1]) % 4])
+                         linestyle=("-", "--", ":", "-.")[seeds.index(_split_name(r["name"])[1]) % 4])
             if r["early_exit"]:
                 ax.plot(range(len(r["early_exit"])), r["early_exit"], marker="o", markersize=3, **style)
             elif r["setting"] == "dense" and r["val_loss"] is not None:
