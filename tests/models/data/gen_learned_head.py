@@ -1,8 +1,9 @@
 """Generates tests/models/data/learned_head.safetensors: every family's state dict (names in order,
 values) and logits at seed 1234, from the code before model.pos_encoding existed (run at commit
 c2a1ad0, `.venv/bin/python tests/models/data/gen_learned_head.py` from the repository root).
-tests/models/test_pos_encoding.py::test_learned_unchanged_bitwise rebuilds the same models with
-pos_encoding=learned and requires them bitwise equal. Do not regenerate it from newer code."""
+tests/models/test_pos_encoding.py::test_learned_unchanged rebuilds the same models with
+pos_encoding=learned and requires their weights bitwise equal and their logits equal to fp32
+rounding. Do not regenerate it from newer code."""
 import torch
 from safetensors.torch import save_file
 from rgpt_dist.models.spec import families

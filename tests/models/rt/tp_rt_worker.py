@@ -13,8 +13,11 @@ gathered and merged with layout_for (what checkpoint export does) against the re
 rank of replica 0 also writes its final shard, and rank 0 the reference's final state dict and the
 trained tp model's logits on one batch, for the pytest side to reshard to tp = 1. Before training:
 cached decoding under tp (a prompt prefilled, then one token at a time) against the reference's full
-forward. Writes `{out}.{rank}.json` with the measured differences.
+forward. Every difference is recorded beside the same quantity's distance between the reference and
+its float64 twin (trained alongside on the whole batch), from which the test derives its bounds.
+Writes `{out}.{rank}.json` with the measured differences.
 """
+import copy
 import json
 import sys
 
@@ -26,6 +29,7 @@ from rgpt_dist.config import RTConfig
 from rgpt_dist.parallel.reshard import layout_for, merge_state_dicts, split_state_dict, tp_layout
 from rgpt_dist.parallel.tensor_parallel import TensorParallelFactory, init_tensor_parallel
 from rgpt_dist.registry import build_model
+from tests.helpers.tolerance import max_abs
 
 COMMON = dict(vocab_size=300, pad_vocab_multiple=256, block_size=32, d_model=64, n_head=4, n_layer=2)
 CONFIGS = {
@@ -71,48 +75,57 @@ def gather_merge(tensors: dict[str, torch.Tensor], layout: dict) -> dict[str, to
 
 def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     assert set(a) == set(b), sorted(set(a) ^ set(b))
-    return max((a[k] - b[k]).abs().max().item() for k in a)
+    return max(max_abs(a[k], b[k]) for k in a)
 
 
-def step_both(ref, model, opts, cfg, step, rows, out):
-    """One training step of the reference (whole batch) and the tp model (its rows, gradients averaged
-    over the data-parallel group); at step 0 records the loss, logits and gradient differences."""
+def step_both(ref, model, exact, opts, cfg, step, rows, out):
+    """One training step of the reference (whole batch), its float64 twin `exact` (the size of the
+    reference's own fp32 rounding error on this host: tests/helpers/tolerance.py) and the tp model (its
+    rows, gradients averaged over the data-parallel group); at step 0 records the loss, logits and
+    gradient differences, each beside the reference's distance from float64 (`*_ref`) and its scale."""
     dp_group, tp_rank = parallel_state.get_data_parallel_group(), parallel_state.get_tensor_model_parallel_rank()
     x, y = batch(cfg, step)
-    a, b = ref(x, y), model(x[rows], y[rows])
-    a.loss.backward()
-    b.loss.backward()
+    a, b, e = ref(x, y), model(x[rows], y[rows]), exact(x, y)
+    for result in (a, b, e):
+        result.loss.backward()
     for p in model.parameters():
         dist.all_reduce(p.grad, group=dp_group)
         p.grad /= 2
     loss = b.loss.detach().clone()
     dist.all_reduce(loss, group=dp_group)
     out.setdefault("loss", []).append(abs(loss.item() / 2 - a.loss.item()))
+    out.setdefault("loss_ref", []).append(abs(a.loss.item() - e.loss.item()))
+    out.setdefault("loss_scale", []).append(abs(e.loss.item()))
     if step == 0:
         shard = b.logits.shape[-1]
         out["logits"] = (a.logits[rows, :, tp_rank * shard:(tp_rank + 1) * shard] - b.logits).abs().max().item()
+        out["logits_ref"], out["logits_scale"] = max_abs(a.logits, e.logits), e.logits.abs().max().item()
         layout = layout_for(cfg)
         out["grads"] = max_diff(gather_merge({k: p.grad for k, p in model.named_parameters()}, layout),
                                 {k: p.grad for k, p in ref.named_parameters()})
-        out["grad_scale"] = max(p.grad.abs().max().item() for p in ref.parameters())
+        out["grads_ref"] = max_diff({k: p.grad for k, p in ref.named_parameters()},
+                                    {k: p.grad for k, p in exact.named_parameters()})
+        out["grad_scale"] = max(p.grad.abs().max().item() for p in exact.parameters())
     for opt in opts:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
 
-def decode_check(ref, model, cfg) -> float:
+def decode_check(ref, model, exact, cfg, out):
     """Cached decoding under tp (a prompt of 8 prefilled, then 8 tokens one at a time) against the
-    reference's full forward: the max logit difference on this rank's vocabulary shard."""
-    ref.eval(), model.eval()
+    reference's full forward: the max logit difference on this rank's vocabulary shard (`decode`),
+    beside the reference's distance from its float64 twin (`decode_ref`) and the logits' scale."""
+    ref.eval(), model.eval(), exact.eval()
     x, _ = batch(cfg, 99)
     tp_rank = parallel_state.get_tensor_model_parallel_rank()
     with torch.no_grad():
-        want = ref(x).logits                                   # (B, T, V)
+        want, want64 = ref(x).logits, exact(x).logits          # (B, T, V)
         cache = model.make_cache()
         got = [model(x[:, :8], cache=cache).logits] + [model(x[:, t:t + 1], cache=cache).logits for t in range(8, T)]
     got = torch.cat(got, dim=1)
     shard = got.shape[-1]
-    return (want[..., tp_rank * shard:(tp_rank + 1) * shard] - got).abs().max().item()
+    out["decode"] = max_abs(want[..., tp_rank * shard:(tp_rank + 1) * shard], got)
+    out["decode_ref"], out["decode_scale"] = max_abs(want, want64), want64.abs().max().item()
 
 
 def trained_logits(model, cfg) -> torch.Tensor:
@@ -136,17 +149,20 @@ def compare(name: str, cfg: RTConfig, out_prefix: str) -> dict:
     out = {"layout_for_matches": layout_for(cfg) == layout,
            "split": sorted(k for k, dim in layout.items() if dim is not None)}
     model.load_state_dict(split_state_dict(ref.state_dict(), layout, tp_rank, 2))
-    out["decode"] = decode_check(ref, model, cfg)
-    ref.train(), model.train()
+    exact = copy.deepcopy(ref).double()
+    decode_check(ref, model, exact, cfg, out)
+    ref.train(), model.train(), exact.train()
     # SGD with momentum: AdamW's first steps divide each gradient by its own magnitude, so a gradient
     # element near 0 (a token seen once) turns a rounding difference into a step of up to 2 lr
-    opts = [torch.optim.SGD(m.parameters(), lr=LR, momentum=0.9) for m in (ref, model)]
+    opts = [torch.optim.SGD(m.parameters(), lr=LR, momentum=0.9) for m in (ref, model, exact)]
     rows = slice(2 * dp_rank, 2 * dp_rank + 2)
     for step in range(STEPS):
-        step_both(ref, model, opts, cfg, step, rows, out)
+        step_both(ref, model, exact, opts, cfg, step, rows, out)
     params = {k: p.detach() for k, p in model.named_parameters()}  # (megatron's state dict adds _extra_state)
     final = gather_merge(params, layout)
     out["weights"] = max_diff(final, ref.state_dict())
+    out["weights_ref"] = max_diff(ref.state_dict(), exact.state_dict())
+    out["weights_scale"] = max(v.abs().max().item() for v in exact.state_dict().values())
     out["moved"] = max_diff(final, reference(cfg).state_dict())  # the steps changed the weights
     # the data-parallel replicas hold the same weights, bitwise
     mine = torch.cat([v.flatten() for v in params.values()])
