@@ -85,7 +85,13 @@ fi
 
 NNODES=${SLURM_JOB_NUM_NODES:-1}
 NPROC_PER_NODE=${NPROC_PER_NODE:-${SLURM_GPUS_ON_NODE:-1}}
-MASTER_ADDR=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-localhost}" 2>/dev/null | head -n 1 || echo localhost)
+# The rendezvous host: the allocation's first node (SLURM_JOB_NODELIST is a hostlist, `node[01-02]`), at
+# the address SLURM itself reaches it by (its NodeAddr, where a node's name is not its network name),
+# else by its name. Without the SLURM client (a container lacking it): localhost, one node only.
+FIRST_NODE=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-localhost}" 2>/dev/null | head -n 1 || true)
+FIRST_NODE=${FIRST_NODE:-localhost}
+NODE_ADDR=$(scontrol -o show node "$FIRST_NODE" 2>/dev/null | grep -o 'NodeAddr=[^ ]*' | head -n 1 | cut -d= -f2- || true)
+MASTER_ADDR=${NODE_ADDR:-$FIRST_NODE}
 MASTER_PORT=${MASTER_PORT:-$(( 20000 + 10#${SLURM_JOB_ID:-0} % 20000 ))}
 SHUTDOWN_TIMEOUT=${SHUTDOWN_TIMEOUT:-110}
 

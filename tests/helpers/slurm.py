@@ -21,6 +21,8 @@ import subprocess
 import time
 from pathlib import Path
 
+_ROOT = Path(__file__).resolve().parents[2]
+
 PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge"]
 
 
@@ -117,37 +119,59 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _config(workdir: Path, host: str) -> str:
+def _config(workdir: Path, host: str, nodes: int = 1) -> str:
     """One node that claims a GPU node's CPUs and GPUs (SlurmdParameters=config_overrides: slurmd
     trusts the configuration instead of the hardware), so `sbatch --test-only` judges the real
-    headers; the test jobs themselves run NPROC_PER_NODE=2 CPU ranks."""
+    headers; the test jobs themselves run NPROC_PER_NODE=2 CPU ranks. With `nodes` > 1, that many
+    nodes n1, n2, ... on this host (Debian's slurmd is built with multiple-slurmd: one daemon per
+    node, `slurmd -N NAME`, each on its own port with its own spool, pid and log files), all at
+    NodeAddr 127.0.0.1."""
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
     d = workdir
+    names = node_names(host, nodes)
+    per_node = "" if nodes == 1 else ".%n"
+    node = f"NodeAddr=127.0.0.1 CPUs={FAKE_CPUS} RealMemory={mem} Gres=gpu:{FAKE_GPUS} State=UNKNOWN"
+    lines = [f"NodeName={host} {node}"] if nodes == 1 else [
+        f"NodeName={name} NodeHostname={host} Port={_free_port()} {node}" for name in names]
     return "\n".join([
         "ClusterName=rgpt-test", f"SlurmctldHost={host}(127.0.0.1)", "GresTypes=gpu",
         "SlurmdParameters=config_overrides",
         "AuthType=auth/munge", "CryptoType=crypto/munge", "SlurmUser=root", "SlurmdUser=root",
-        f"StateSaveLocation={d}/state", f"SlurmdSpoolDir={d}/spool", f"SlurmctldPidFile={d}/slurmctld.pid",
-        f"SlurmdPidFile={d}/slurmd.pid", f"SlurmctldLogFile={d}/slurmctld.log", f"SlurmdLogFile={d}/slurmd.log",
-        f"SlurmctldPort={_free_port()}", f"SlurmdPort={_free_port()}",
+        f"StateSaveLocation={d}/state", f"SlurmdSpoolDir={d}/spool{per_node}", f"SlurmctldPidFile={d}/slurmctld.pid",
+        f"SlurmdPidFile={d}/slurmd{per_node}.pid", f"SlurmctldLogFile={d}/slurmctld.log",
+        f"SlurmdLogFile={d}/slurmd{per_node}.log", f"SlurmctldPort={_free_port()}",
+        *([f"SlurmdPort={_free_port()}"] if nodes == 1 else []),
         "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none",
         "AccountingStorageType=accounting_storage/none", "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core", "MpiDefault=none", "ReturnToService=2", "KillWait=30",
         "JobRequeue=1", "MinJobAge=600", "SchedulerParameters=sched_interval=1", "SlurmctldTimeout=30",
-        f"NodeName={host} NodeAddr=127.0.0.1 CPUs={FAKE_CPUS} RealMemory={mem} Gres=gpu:{FAKE_GPUS} State=UNKNOWN",
-        f"PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES",
+        *lines,
+        f"PartitionName=debug Nodes={','.join(names)} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES",
         "",
     ])
 
 
+def node_names(host: str, nodes: int) -> list[str]:
+    """The cluster's node names: this host's short name alone, or n1 .. nN on it."""
+    return [host] if nodes == 1 else [f"n{i}" for i in range(1, nodes + 1)]
+
+
+# Each node's slurmd in a mount namespace of its own with a private /dev/shm, as separate hosts have:
+# the job steps it starts inherit the namespace, so shared-memory names (mosaicml-streaming's, DeepSpeed's)
+# collide across "nodes" no more than across real hosts.
+PRIVATE_SHM = "mount -t tmpfs -o size=2g tmpfs /dev/shm && exec \"$@\""
+
+
 class LocalSlurm:
     def __init__(self, workdir: Path):
-        self.workdir = workdir
+        self.workdir, self.nodes = workdir, []
         self.conf = workdir / "slurm.conf"
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
 
     @classmethod
-    def start(cls, workdir: Path) -> "LocalSlurm":
+    def start(cls, workdir: Path, nodes: int = 1) -> "LocalSlurm":
+        """The cluster, up: one node (this host), or `nodes` nodes on this host, each slurmd in its
+        own mount namespace with a private /dev/shm (PRIVATE_SHM; root: unshare --mount)."""
         try:
             why = unavailable()
             if why:
@@ -159,17 +183,31 @@ class LocalSlurm:
                 raise RuntimeError(f"the SLURM tests are required ({must}) but {e}") from e
             raise
         self = cls(workdir)
+        host = socket.gethostname().split(".")[0]
+        self.nodes = node_names(host, nodes)
         for sub in ("state", "spool"):
             (workdir / sub).mkdir(parents=True, exist_ok=True)
-        self.conf.write_text(_config(workdir, socket.gethostname().split(".")[0]))
+        self.conf.write_text(_config(workdir, host, nodes))
         (workdir / "gres.conf").write_text(_fake_gpus(workdir))
         self._start_munge()
-        for daemon in ("slurmctld", "slurmd"):
-            done = _run([daemon, "-f", str(self.conf)], env=self.env)
+        done = _run(["slurmctld", "-f", str(self.conf)], env=self.env)
+        if done.returncode != 0:
+            raise RuntimeError(f"slurmctld failed to start: {done.stderr}")
+        if nodes == 1:
+            done = _run(["slurmd", "-f", str(self.conf)], env=self.env)
             if done.returncode != 0:
-                raise RuntimeError(f"{daemon} failed to start: {done.stderr}")
+                raise RuntimeError(f"slurmd failed to start: {done.stderr}")
+        else:
+            self.daemons = [self._start_node(name) for name in self.nodes]
         self._wait_idle()
         return self
+
+    def _start_node(self, name: str) -> subprocess.Popen:
+        """`slurmd -D -N name` in the foreground of its own mount namespace (ends with `scontrol shutdown`)."""
+        log = open(self.workdir / f"slurmd-{name}.console", "wb")
+        return subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", PRIVATE_SHM, "sh",
+                                 "slurmd", "-D", "-N", name, "-f", str(self.conf)],
+                                env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def _start_munge(self) -> None:
         if _run(["bash", "-c", "munge -n | unmunge"]).returncode == 0:  # already up and working
@@ -183,11 +221,11 @@ class LocalSlurm:
     def _wait_idle(self, timeout: float = 30) -> None:
         deadline = time.time() + timeout
         while time.time() < deadline:
-            out = _run(["sinfo", "-h", "-o", "%T"], env=self.env).stdout.strip()
-            if out.startswith("idle") or out.startswith("mixed"):
+            out = _run(["sinfo", "-h", "-N", "-o", "%T"], env=self.env).stdout.split()  # one line per node
+            if len(out) == len(self.nodes) and all(s in ("idle", "mixed") for s in out):
                 return
             time.sleep(0.3)
-        raise RuntimeError(f"the node did not become idle: sinfo says {out!r}; see {self.workdir}/slurmctld.log")
+        raise RuntimeError(f"the nodes did not become idle: sinfo says {out!r}; see {self.workdir}/slurmctld.log")
 
     def run(self, *cmd: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
         done = _run(list(cmd), env={**self.env, **kwargs.pop("env", {})}, **kwargs)
@@ -218,3 +256,26 @@ class LocalSlurm:
 
     def stop(self) -> None:
         _run(["scontrol", "shutdown"], env=self.env)
+        for daemon in getattr(self, "daemons", []):
+            try:
+                daemon.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+                daemon.wait()
+
+
+# the slurm/ job scripts' models shrunk to CPU size (environment overrides, the scripts unmodified)
+CPU = ["model.d_model=64", "model.n_head=4", "model.block_size=64", "train.seq_len=32", "train.micro_batch_size=2",
+       "train.global_batch_size=8", "train.warmup_steps=1", "parallel.dtype=fp32", "log.every_steps=1",
+       "log.wandb=disabled"]
+
+
+def submit(cluster: "LocalSlurm", script, runs: Path, overrides: list[str], *sbatch_args: str, nproc: int = 2) -> str:
+    """sbatch from the repository root with the CPU environment (`nproc` ranks per node); returns the job id."""
+    runs.mkdir(parents=True, exist_ok=True)  # SLURM does not create the --output directory
+    env = {"NPROC_PER_NODE": str(nproc), "RGPT_RUNS": str(runs), "RGPT_OVERRIDES": " ".join(overrides),
+           "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(_ROOT),
+           "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR", str(_ROOT / ".venv" / "torch_extensions"))}
+    done = cluster.run("sbatch", "--parsable", f"--output={runs}/%x-%A_%a.out", *sbatch_args, str(script),
+                       cwd=_ROOT, env=env)
+    return done.stdout.strip().split(";")[0]

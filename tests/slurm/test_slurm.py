@@ -1,7 +1,6 @@
 """The slurm/ job scripts on a real one-node SLURM cluster (slurmctld + slurmd + munge on localhost),
 unmodified except for environment overrides that shrink the models to CPU size."""
 import json
-import os
 import re
 import time
 from pathlib import Path
@@ -10,16 +9,11 @@ import pytest
 
 from tests.helpers.dist import ROOT
 from tests.helpers.runs import losses, records
-from tests.helpers.slurm import LocalSlurm, SlurmUnavailable
+from tests.helpers.slurm import CPU, LocalSlurm, SlurmUnavailable, submit
 
 pytestmark = pytest.mark.slow
 
 SCRIPTS = sorted((ROOT / "slurm").glob("*_*.sh"))
-CPU = ["model.d_model=64", "model.n_head=4", "model.block_size=64", "train.seq_len=32", "train.micro_batch_size=2",
-       "train.global_batch_size=8", "train.warmup_steps=1", "parallel.dtype=fp32", "log.every_steps=1",
-       "log.wandb=disabled"]
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """The local cluster. Skipped only when SLURM cannot be installed here (not root, no apt-get, no
@@ -32,17 +26,6 @@ def cluster(tmp_path_factory):
         pytest.skip(f"no local SLURM cluster: {e}")
     yield slurm
     slurm.stop()
-
-
-def submit(cluster, script, runs: Path, overrides: list[str], *sbatch_args: str) -> str:
-    """sbatch from the repository root with the CPU environment; returns the job id."""
-    runs.mkdir(parents=True, exist_ok=True)  # SLURM does not create the --output directory
-    env = {"NPROC_PER_NODE": "2", "RGPT_RUNS": str(runs), "RGPT_OVERRIDES": " ".join(overrides),
-           "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT),
-           "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR", str(ROOT / ".venv" / "torch_extensions"))}
-    done = cluster.run("sbatch", "--parsable", f"--output={runs}/%x-%A_%a.out", *sbatch_args, str(script),
-                       cwd=ROOT, env=env)
-    return done.stdout.strip().split(";")[0]
 
 
 def test_sbatch_test_only_accepts_every_script(cluster):
