@@ -70,9 +70,8 @@ def fsync_tree(root: str | Path) -> None:
         fsync_dir(dirpath)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Replace `path` with `data` atomically and durably (temp sibling, fsync, rename, fsync dir)."""
-    path = Path(path)
+def _written_temp(path: Path, data: bytes) -> Path:
+    """`data` in a fresh temp sibling of `path`, fsynced."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")  # concurrent writers never share a temp file
     try:  # a stale temp file of a killed writer, or a link planted at the predictable name: unlink it
         os.unlink(tmp)  # (the link itself, never its target)
@@ -83,8 +82,31 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    return tmp
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Replace `path` with `data` atomically and durably (temp sibling, fsync, rename, fsync dir)."""
+    path = Path(path)
+    os.replace(_written_temp(path, data), path)
     fsync_dir(path.parent)
+
+
+def atomic_create_text(path: str | Path, text: str) -> bool:
+    """Create `path` holding `text`, whole or not at all, unless something is there already (then
+    False: the first of several writers stands). A hard link of a complete temp file: link(2) never
+    replaces an entry, a planted link included."""
+    path = Path(path)
+    tmp = _written_temp(path, text.encode("utf-8"))
+    try:
+        os.link(tmp, path)
+        created = True
+    except FileExistsError:
+        created = False
+    finally:
+        os.unlink(tmp)
+    fsync_dir(path.parent)
+    return created
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

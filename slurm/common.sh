@@ -9,7 +9,9 @@
 # (--signal=B:USR1@120) reaches this shell, which passes it to the job step; torchrun forwards it
 # to its ranks, which finish the current step and save it (rgpt_dist/train/preemption.py); this
 # shell then requeues the job (`scontrol requeue`, on the host: it works with containers that lack
-# the SLURM client too), and the requeued job resumes from that checkpoint.
+# the SLURM client too), and the requeued job resumes from that checkpoint. A node lost or a rank
+# stalled mid-run ends the step within parallel.timeout_s plus a few seconds; the survivors leave
+# RUN_DIR/interrupted.json naming the rank and node, and this shell requeues the job the same way.
 #
 # Environment overrides (all optional):
 #   BUDGET=20k|40k          training budget (standard / doubled)                   [20k]
@@ -120,7 +122,9 @@ cd "$RGPT_ROOT"
 source "$RGPT_ROOT/slurm/supervise.sh"
 # shellcheck disable=SC2329  # called by supervise
 pass_to_step() { scancel --signal="$1" "${SLURM_JOB_ID}" || kill -"$1" "$2"; }  # every task of the job step
+# left by the trainer when a node or rank was lost (a requeue reason): only this attempt's counts
+rm -f "$RUN_DIR/interrupted.json"
 "${CMD[@]}" &
 status=0
-supervise "$!" pass_to_step || status=$?
+supervise "$!" pass_to_step "$RUN_DIR/interrupted.json" || status=$?
 exit "$status"

@@ -4,15 +4,18 @@
 #
 #   "${CMD[@]}" &
 #   pass() { kill -"$1" "$2"; }          # how SIGNAL (arg 1) reaches the step (arg 2: its pid)
-#   supervise "$!" pass; status=$?       # the step's exit status
+#   supervise "$!" pass [MARKER]; status=$?   # the step's exit status
 #
 # SLURM (--signal=B:USR1@120) signals only the batch shell; the trap calls `pass`, the step saves its
 # step and stops with a nonzero status, and the job is requeued (`scontrol requeue`, on the host: it
 # works with containers that lack the SLURM client too); the requeued job resumes from that checkpoint.
 # `wait` returns early (> 128) when a trapped signal arrives, so it is repeated until the step exits.
+# MARKER (optional): a file the trainer leaves when a node or rank was lost or stalled mid-run
+# (RUN_DIR/interrupted.json, rgpt_dist/train/run.py); a step that failed and left it is requeued too,
+# and resumes from its newest complete checkpoint. The caller removes a stale one before the step.
 
 supervise() {
-    local pid=$1 pass=$2 status late job
+    local pid=$1 pass=$2 marker=${3:-} status late job
     SIGNALLED=0
     # shellcheck disable=SC2329  # invoked by the traps below
     _supervise_forward() {
@@ -30,7 +33,11 @@ supervise() {
     wait "$pid" 2>/dev/null; late=$?   # the real status if a trap interrupted the last wait
     (( late != 127 )) && status=$late
     echo "[$(date -Is)] job step finished with status $status"
-    if (( SIGNALLED && status != 0 )); then  # stopped early on the warning: continue in a new allocation
+    if (( status != 0 )) && [[ -n "$marker" && -f "$marker" ]]; then
+        echo "[$(date -Is)] a node or rank was lost mid-run: $(head -c 2000 "$marker")"
+        SIGNALLED=1  # requeue, as for the warning signal
+    fi
+    if (( SIGNALLED && status != 0 )); then  # stopped early: continue in a new allocation
         job="${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}}"
         job="${job:-$SLURM_JOB_ID}"
         echo "[$(date -Is)] requeueing job $job"

@@ -107,6 +107,15 @@ class ParallelConfig(Section):
     """torch.compile backend: inductor (generated kernels; what GPU runs use), aot_eager (the same
     forward and backward graphs run by eager kernels: checks tracing on CPU in seconds instead of
     minutes) or eager (dynamo's capture only)."""
+    timeout_s: float = 600.0
+    """Seconds a collective (an all-reduce, a barrier, a checkpoint's agreement) waits for every peer
+    before the run gives up on it (torch.distributed's process-group timeout, gloo and NCCL alike;
+    torch's own defaults are 30 minutes for gloo and 10 for NCCL). A rank that stalls (a hung GPU, a
+    stopped process) or a lost node then ends the job within this many seconds plus a few heartbeats,
+    naming the rank and node that stopped answering (rgpt_dist/parallel/health.py), and the job is
+    requeued from its newest checkpoint. It must exceed the longest legitimate wait of one rank for
+    the others: a checkpoint save or an evaluation running unevenly, a first compilation (600, as
+    Megatron-LM's default, covers these on GPU clusters; raise it for very slow checkpoint storage)."""
 
     def compile_mode(self) -> str:
         """`compile` with auto resolved for this machine."""
@@ -118,6 +127,7 @@ class ParallelConfig(Section):
         out = []
         if self.zero_stage not in (0, 1, 2, 3):
             out.append(f"{path}.zero_stage={self.zero_stage} must be 0, 1, 2 or 3")
+        out += out_of_bounds(path, ">=", 1, timeout_s=self.timeout_s)
         if self.compile == "model" and self.zero_stage == 3:
             out.append(f"{path}.compile=model cannot run under {path}.zero_stage=3 (ZeRO-3's parameter gathering "
                        f"hooks every submodule inside the graph): use {path}.compile=blocks")

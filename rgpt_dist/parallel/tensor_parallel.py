@@ -62,9 +62,14 @@ class RowLinear(tensor_parallel.RowParallelLinear):
 
 
 def init_tensor_parallel(tp_size: int) -> None:
-    """megatron's process groups: consecutive ranks form a tensor-parallel group."""
+    """megatron's process groups: consecutive ranks form a tensor-parallel group. Their collectives
+    time out as every other group's (torch.distributed's default, which set_collective_timeout makes
+    parallel.timeout_s), not after megatron's own 30 minutes."""
+    from torch.distributed import distributed_c10d
+
     if not parallel_state.model_parallel_is_initialized():
-        parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp_size)
+        minutes = distributed_c10d.default_pg_timeout.total_seconds() / 60
+        parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp_size, distributed_timeout_minutes=minutes)
 
 
 class TensorParallelFactory(LayerFactory):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -122,9 +123,25 @@ def init_distributed(cfg: Config) -> ParallelDims:
     dims = ParallelDims.from_env(cfg.parallel.tp_size)
     if torch.cuda.is_available():
         torch.cuda.set_device(dims.local_rank)
-    deepspeed.init_distributed(dist_backend=backend)
+    timeout = set_collective_timeout(cfg.parallel.timeout_s)
+    deepspeed.init_distributed(dist_backend=backend, timeout=timeout)
     _set_local_world_size()
     return dims
+
+
+def set_collective_timeout(seconds: float) -> timedelta:
+    """Every collective of the run waits `seconds` (parallel.timeout_s) for its peers, after which a
+    stalled or lost rank ends the job (rgpt_dist/parallel/health.py names it). The world group takes
+    it from init_process_group, but a group created later without an explicit timeout takes
+    torch.distributed's module default instead (30 minutes for gloo, 10 for NCCL), and DeepSpeed's
+    data-parallel groups, where ZeRO reduces every gradient, are made so (`new_group(ranks)`): a rank
+    stopped mid-step then held its peers for 30 minutes. So that default is set to ours, before any
+    group exists; megatron's groups take it from init_tensor_parallel."""
+    import torch.distributed.distributed_c10d as c10d
+
+    timeout = timedelta(seconds=seconds)
+    c10d.default_pg_timeout = c10d.default_pg_nccl_timeout = timeout
+    return timeout
 
 
 def _set_local_world_size() -> None:

@@ -42,6 +42,47 @@ class SaveRefused(UnsafePath):
     """Raised on every rank together when a save meets an entry it must not write through."""
 
 
+class SaveFailed(RuntimeError):
+    """Raised on every rank together when a checkpoint could not be written (a full disk, a directory
+    made read-only, an I/O error) on any rank: the attempt is removed and the previous checkpoint
+    stays the newest complete one."""
+
+
+class _GuardedWrites:
+    """DeepSpeed's checkpoint engine with its writes guarded: a write that fails is recorded (the
+    first one, with its path) instead of raised, so that this rank still joins every collective of
+    DeepSpeed's save (its barriers) and the ranks can then agree that the save failed. A rank that
+    raised inside DeepSpeed's save would leave the others waiting in its final barrier."""
+
+    def __init__(self, engine):
+        self.engine, self.failure = engine, None
+        self.original = engine.checkpoint_engine.save
+
+    def __enter__(self) -> "_GuardedWrites":
+        self.engine.checkpoint_engine.save = self.save
+        return self
+
+    def __exit__(self, *exc) -> None:
+        del self.engine.checkpoint_engine.save  # the class's method again
+
+    def save(self, state_dict, path: str) -> None:
+        self.write(lambda: self.original(state_dict, path), path)
+
+    def write(self, action, path) -> None:
+        if self.failure is None:
+            self.failure = _attempt(action, path)
+
+
+def _attempt(action, path) -> str | None:
+    """Run one write: None, or what failed (an OSError, or torch's RuntimeError for a failed stream write)."""
+    try:
+        action()
+    except (OSError, RuntimeError) as e:
+        text = str(e).strip()
+        return f"{path}: {type(e).__name__}: {text.splitlines()[0][:300] if text else ''}"
+    return None
+
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -144,19 +185,42 @@ class CheckpointManager:
         dist.broadcast_object_list(problem, src=0)
         if problem[0] is not None:
             raise SaveRefused(f"cannot save step {step}: {problem[0]}")
-        engine.save_checkpoint(str(self.dir), tag=tag, client_state=client_state, save_latest=False)
-        torch.save({"torch": torch.get_rng_state()}, tag_dir / f"rng_rank{self.rank:05d}.pt")
-        dist.barrier()  # every rank has written its files
-        if self.rank == 0:
-            atomic_write_text(tag_dir / RUN_CONFIG, json.dumps(client_state["config"], indent=1, sort_keys=True))
-            fsync_tree(tag_dir)  # the files are on disk before the record says they are complete
-            atomic_write_text(tag_dir / RECORD, json.dumps(_checksums(tag_dir), indent=1, sort_keys=True))
-            atomic_write_text(self.dir / "latest", tag)
-            if best is not None:
-                atomic_write_text(self.dir / BEST, json.dumps({"tag": tag, "step": step, "val_loss": best["val_loss"]}))
-            self._prune()
-        dist.barrier()
+        with _GuardedWrites(engine) as guard:
+            engine.save_checkpoint(str(self.dir), tag=tag, client_state=client_state, save_latest=False)
+            rng = tag_dir / f"rng_rank{self.rank:05d}.pt"
+            guard.write(lambda: torch.save({"torch": torch.get_rng_state()}, rng), rng)
+        self._agree(guard.failure, step, tag_dir)  # every rank has written its files, or the save failed
+        failure = _attempt(lambda: self._complete(tag_dir, step, client_state, best), tag_dir) if self.rank == 0 else None
+        self._agree(failure, step, tag_dir)
         return tag_dir
+
+    def _complete(self, tag_dir: Path, step: int, client_state: dict[str, Any], best: dict[str, Any] | None) -> None:
+        """Rank 0, once every rank has written: the run config, the record that makes the checkpoint
+        complete, `latest`, best.json, then pruning."""
+        atomic_write_text(tag_dir / RUN_CONFIG, json.dumps(client_state["config"], indent=1, sort_keys=True))
+        fsync_tree(tag_dir)  # the files are on disk before the record says they are complete
+        atomic_write_text(tag_dir / RECORD, json.dumps(_checksums(tag_dir), indent=1, sort_keys=True))
+        atomic_write_text(self.dir / "latest", tag_dir.name)
+        if best is not None:
+            atomic_write_text(self.dir / BEST, json.dumps({"tag": tag_dir.name, "step": step, "val_loss": best["val_loss"]}))
+        self._prune()
+
+    def _agree(self, failure: str | None, step: int, tag_dir: Path) -> None:
+        """Collective (it is also the save's barrier): every rank learns whether any rank's writes
+        failed; if one did, rank 0 removes the attempt and every rank raises SaveFailed with the first
+        failure, naming the newest complete checkpoint, which is untouched."""
+        failures = [None] * dist.get_world_size()
+        dist.all_gather_object(failures, failure)
+        first = next(((rank, f) for rank, f in enumerate(failures) if f is not None), None)
+        if first is None:
+            return
+        if self.rank == 0:
+            shutil.rmtree(tag_dir, ignore_errors=True)  # incomplete: invisible anyway, but it holds space
+        dist.barrier()
+        previous = next((t.name for t in self.tags() if (t / RECORD).is_file()), None)
+        raise SaveFailed(f"the checkpoint of step {step} could not be written: rank {first[0]}: {first[1]}. "
+                         f"The newest complete checkpoint is {previous or 'none (nothing to resume from)'}; "
+                         f"make room or restore write access under {self.dir}, then run again to resume")
 
     def _prune(self) -> None:
         complete = [t for t in self.tags() if (t / RECORD).exists()]

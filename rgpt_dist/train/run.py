@@ -2,6 +2,7 @@
 data, checkpoints, metrics, then the loop."""
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -10,16 +11,17 @@ import torch
 
 from rgpt_dist.config.experiment import Config
 from rgpt_dist.data.streaming import token_dataset, token_loader
-from rgpt_dist.durable import atomic_write_text
+from rgpt_dist.durable import atomic_create_text, atomic_write_text
 from rgpt_dist.models.layers import LayerFactory
 from rgpt_dist.models.spec import spec_for
 from rgpt_dist.parallel.checkpointing import apply_activation_checkpointing
 from rgpt_dist.parallel.compile import apply_compile
 from rgpt_dist.parallel.dims import ParallelDims
+from rgpt_dist.parallel.health import Diagnosis, Heartbeat
 from rgpt_dist.parallel.zero import gather_per_unit, init_distributed, init_engine, register_tied_parameters
 from rgpt_dist.registry import build_model
 from rgpt_dist.safe_load import UntrustedCheckpoint
-from rgpt_dist.train.checkpoint import CheckpointManager, SaveRefused
+from rgpt_dist.train.checkpoint import CheckpointManager, SaveFailed, SaveRefused
 from rgpt_dist.train.init_from import InitFromMismatch, load_initial_weights, wanted as init_wanted
 from rgpt_dist.train.metrics import MetricsSink
 from rgpt_dist.train.optim import make_optimizer, make_scheduler
@@ -27,6 +29,8 @@ from rgpt_dist.train.preemption import EXIT_PREEMPTED, StopRequested, ignore_sig
 from rgpt_dist.train.trainer import DifferentRun, Trainer
 
 EXIT_REFUSED = 2  # like a bad config: nothing ran, nothing was written
+EXIT_SAVE_FAILED = 74  # EX_IOERR: a checkpoint could not be written; the previous one stays the newest
+INTERRUPTED = "interrupted.json"  # left in the run directory when a peer was lost: requeue and resume
 
 
 def _loaders(cfg: Config, dims: ParallelDims):
@@ -89,7 +93,9 @@ def train(cfg: Config) -> int:
     """Run (or resume) training; returns the process exit status: 0 when train.max_steps is reached,
     EXIT_PREEMPTED when stopped on a signal after saving (requeued under SLURM), EXIT_REFUSED when
     the checkpoint to resume from would run code on loading or belongs to a different run, the
-    weights of checkpoint.init_from are another model's, or a save met a planted link or file."""
+    weights of checkpoint.init_from are another model's, or a save met a planted link or file,
+    EXIT_SAVE_FAILED when a checkpoint could not be written (the previous one stays the newest), and
+    EXIT_PREEMPTED at once, leaving RUN_DIR/interrupted.json, when a peer was lost or stalled."""
     stop = StopRequested()  # before anything slow: a signal during start-up stops after step one
     # checkpoints and exports record where the data is; a relative path found in one is resolved
     # against that checkpoint or export (never a reader's current directory), so record absolute ones
@@ -119,31 +125,68 @@ def train(cfg: Config) -> int:
                              trust=cfg.checkpoint.trust_pickle)
     sink = MetricsSink(cfg, dims.is_main)
     trainer = Trainer(cfg, dims, engine, optimizer, train_loader, val_batches, ckpt, sink, stop)
-    refused = finished = False
+    heartbeat = Heartbeat.start(dims.rank, dims.world, cfg.parallel.timeout_s, lambda: trainer.step) \
+        if dims.world > 1 else None
     try:
-        try:
-            trainer.resume()
-            if dims.is_main:  # after resume: a run refused for another's checkpoint leaves its config
-                atomic_write_text(run_dir / "config.yaml", cfg.to_yaml())
-            finished = trainer.fit()
-        except (UntrustedCheckpoint, DifferentRun, SaveRefused) as e:  # raised on every rank together
-            if dims.is_main:
-                print(f"train: {e}", file=sys.stderr, flush=True)
-            refused = True
+        outcome = _fit(trainer, cfg, dims, run_dir, heartbeat)
     finally:
         sink.close()
         stop.close()
-    if not finished:
+        if heartbeat is not None:
+            heartbeat.close()
+    if isinstance(outcome, Diagnosis):  # the process group is broken: no barrier, no teardown
+        _peer_lost(outcome, run_dir, dims, trainer.step)
+    if outcome != "finished":
         ignore_signals()  # saved or refused: the exit status must be the same on every rank
     torch.distributed.barrier()  # no rank exits (and makes torchrun SIGTERM the rest) before all ignore
     # joined here, not by the interpreter's teardown: a communicator thread still joinable when its
     # object is destroyed at exit aborts the process ("terminate called without an active exception")
     torch.distributed.destroy_process_group()
-    if refused:
-        return EXIT_REFUSED
-    if finished:
-        return 0
+    if outcome != "stopped":
+        return {"finished": 0, "refused": EXIT_REFUSED, "save failed": EXIT_SAVE_FAILED}[outcome]
     if dims.is_main:
         print(requeue_slurm_job() if cfg.checkpoint.requeue else "stopped on a signal: run again to resume",
               flush=True)
     return EXIT_PREEMPTED
+
+
+def _fit(trainer: Trainer, cfg: Config, dims: ParallelDims, run_dir: Path, heartbeat: Heartbeat | None):
+    """Resume and train: "finished", "stopped" (on a signal, saved), "refused" or "save failed" (on
+    every rank together, said once), or the Diagnosis of a peer lost or stalled (this rank's view; an
+    exception with every peer still answering is the run's own and propagates)."""
+    try:
+        trainer.resume()
+        if dims.is_main:  # after resume: a run refused for another's checkpoint leaves its config
+            atomic_write_text(run_dir / "config.yaml", cfg.to_yaml())
+        return "finished" if trainer.fit() else "stopped"
+    except (UntrustedCheckpoint, DifferentRun, SaveRefused, SaveFailed) as e:  # raised on every rank together
+        if dims.is_main:
+            print(f"train: {e}", file=sys.stderr, flush=True)
+        return "save failed" if isinstance(e, SaveFailed) else "refused"
+    except Exception as e:  # a collective that failed: a peer lost or stalled, or an error of ours
+        lost = heartbeat.diagnose(e) if heartbeat is not None else None
+        if lost is not None and lost.lost:
+            return lost
+        if lost is None and heartbeat is not None:  # every peer answers: the error is this rank's own
+            heartbeat.report_failure(e)
+        if lost is not None:  # another rank failed first: this one's error is only the consequence
+            print(f"train: {lost.message(dims.rank, trainer.step)}", file=sys.stderr, flush=True)
+        raise
+
+
+def _peer_lost(lost: Diagnosis, run_dir: Path, dims: ParallelDims, step: int) -> None:
+    """Say which peer stopped answering, leave RUN_DIR/interrupted.json (slurm/supervise.sh requeues a
+    job whose run left it) and exit EXIT_PREEMPTED at once: the process group is broken, so neither
+    its barrier nor its teardown can complete. The first survivor to see the failure writes the
+    marker (whole, never replaced: a later survivor, ended by the job's teardown, knows less); what
+    the run saved is untouched, and it resumes from its newest checkpoint."""
+    message = lost.message(dims.rank, step)
+    print(f"train: {message}. Stopping: run again (the batch script requeues) to resume from the newest "
+          "complete checkpoint.", file=sys.stderr, flush=True)
+    try:
+        atomic_create_text(run_dir / INTERRUPTED, json.dumps({"reason": "peer lost", "message": message,
+                                                              "rank": dims.rank, "step": step}) + "\n")
+    except OSError as e:
+        print(f"train: could not write {run_dir / INTERRUPTED}: {e}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(EXIT_PREEMPTED)

@@ -14,6 +14,7 @@ them. See ../shared/ENVIRONMENT.md, "SLURM on one machine".
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import stat
@@ -145,6 +146,8 @@ def _config(workdir: Path, host: str, nodes: int = 1) -> str:
         "AccountingStorageType=accounting_storage/none", "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core", "MpiDefault=none", "ReturnToService=2", "KillWait=30",
         "JobRequeue=1", "MinJobAge=600", "SchedulerParameters=sched_interval=1", "SlurmctldTimeout=30",
+        # job ids (and so the scripts' rendezvous ports, 20000 + id % 20000) unlike another cluster's
+        f"FirstJobId={random.randrange(1000, 19000)}",
         *lines,
         f"PartitionName=debug Nodes={','.join(names)} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES",
         "",
@@ -255,6 +258,12 @@ class LocalSlurm:
         raise TimeoutError(f"job {job_id} still active after {timeout} s: {self.job_states(job_id)}")
 
     def stop(self) -> None:
+        """Kill every job still running (a failed test can leave one, even with a stopped rank, that
+        would hold its rendezvous port and its CPUs after the daemons are gone), then stop the daemons."""
+        _run(["scancel", "--full", "--signal=KILL", "--user=root"], env=self.env)
+        deadline = time.time() + 60
+        while _run(["squeue", "-h", "-t", "RUNNING,COMPLETING"], env=self.env).stdout.strip() and time.time() < deadline:
+            time.sleep(0.5)
         _run(["scontrol", "shutdown"], env=self.env)
         for daemon in getattr(self, "daemons", []):
             try:

@@ -96,3 +96,127 @@ def test_two_nodes_of_one_rank_train_bitwise_like_one_node_of_two(trained, layou
     assert [r["step"] for r in steps] == list(range(1, 7)) and all(r["grad_norm"] > 0 for r in steps)
     a, b = weights(two), weights(one)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# ---- a lost node and a hung rank: each ends the job, which requeues itself and resumes bitwise ------
+
+FAULT = [*CPU, "train.max_steps=16", "checkpoint.every_steps=4", "eval.every_steps=0", "model.sigma_x=0",
+         "model.sigma_g=0", "parallel.zero_stage=2", "parallel.timeout_s=10"]
+
+
+def job_processes(job: str, node: str, ranks_only: bool = False) -> list[int]:
+    """The pids the job runs on `node` (its torchrun agent, its ranks and their helpers; with
+    ranks_only the rank processes alone: those torchrun started, whose parent is no rank), found by
+    the environment SLURM gives a job step's tasks."""
+    import os
+    from pathlib import Path
+
+    found = {}  # pid -> (has RANK, parent pid)
+    for proc in Path("/proc").iterdir():
+        try:
+            env = dict(kv.split("=", 1) for kv in (proc / "environ").read_text().split("\0") if "=" in kv)
+            parent = int(next(line.split()[1] for line in (proc / "status").read_text().splitlines()
+                              if line.startswith("PPid:")))
+        except (OSError, ValueError, StopIteration):
+            continue
+        if env.get("SLURM_ARRAY_JOB_ID") == job and env.get("SLURMD_NODENAME") == node and "SLURM_STEP_ID" in env:
+            found[int(proc.name)] = ("RANK" in env, parent)
+    if ranks_only:
+        return [pid for pid, (rank, parent) in found.items() if rank and not found.get(parent, (False,))[0]]
+    return [pid for pid in found if pid != os.getpid()]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(cluster, dataset, tmp_path_factory):
+    """The fault tests' run on 2 nodes x 1 rank, untouched: what every resumed run must equal."""
+    runs = tmp_path_factory.mktemp("uninterrupted")
+    job = submit(cluster, SCRIPT, runs, [*FAULT, f"data.paths=[{dataset}]"], "--array=1", "--nodes=2", nproc=1)
+    assert cluster.wait(job, timeout=600) == {f"{job}_1": "COMPLETED"}
+    return runs / RUN
+
+
+def fault_then_resume(cluster, dataset, runs, uninterrupted, fault) -> tuple[str, float]:
+    """Submit the fault run, wait for the checkpoint of step 4 and step 6, apply `fault(job)`; the
+    survivors' interrupted.json appears, the job requeues itself and its second attempt finishes
+    from the newest complete checkpoint. Checks the resumed run equals the uninterrupted one bitwise
+    and nothing it wrote is torn; returns (the job's log, seconds from the fault to the marker)."""
+    import json
+    import time
+
+    from rgpt_dist.train.checkpoint import verify
+
+    job = submit(cluster, SCRIPT, runs, [*FAULT, f"data.paths=[{dataset}]"], "--array=1", "--nodes=2", nproc=1)
+    run = runs / RUN
+    deadline = time.time() + 300
+    while not (run / "metrics.jsonl").exists() or len(records(run)) < 6 or not job_processes(job, "n2", True):
+        assert time.time() < deadline, "the run did not reach step 6"
+        time.sleep(0.2)
+    fault(job)
+    start = time.time()
+    marker = run / "interrupted.json"
+    while not marker.exists():
+        assert time.time() < start + 120, "no interrupted.json"
+        time.sleep(0.1)
+    took = time.time() - start
+    lost = json.loads(marker.read_text())
+    step_of_fault = lost["step"]
+
+    def requeued():
+        out = cluster.run("scontrol", "-o", "show", "job", f"{job}_1").stdout
+        return "Restarts=1" in out and "JobState=PENDING" in out
+    deadline = time.time() + 120
+    while not requeued():
+        assert time.time() < deadline, cluster.run("scontrol", "-o", "show", "job", f"{job}_1").stdout
+        time.sleep(0.5)
+    # nothing the survivors wrote is torn: every checkpoint complete and intact, every metrics line whole
+    newest = max(int(p.name[5:]) for p in (run / "checkpoints").glob("step_*"))
+    assert all(verify(p) is None for p in (run / "checkpoints").glob("step_*"))
+    assert 4 <= newest <= step_of_fault
+    # slurmd refuses a launch whose credential is not newer than the requeue's revocation, in whole
+    # seconds ("Job credential revoked"): start the second attempt in a later second
+    time.sleep(2)
+    cluster.run("scontrol", "update", f"jobid={job}_1", "StartTime=now")  # skip SLURM's requeue delay
+    assert cluster.wait(f"{job}_1", timeout=600) == {f"{job}_1": "COMPLETED"}
+    log = "\n".join(p.read_text() for p in runs.glob("*.out"))
+    assert f"resumed from {run / 'checkpoints'}/step_{newest:08d} at step {newest}" in log
+    assert trajectory(records(run)) == trajectory(records(uninterrupted))
+    a, b = weights(run), weights(uninterrupted)
+    assert all(torch.equal(a[k], b[k]) for k in b)
+    return log, took, lost
+
+
+def test_a_lost_node_ends_the_job_which_requeues_and_resumes_bitwise(cluster, dataset, tmp_path, uninterrupted):
+    """SIGKILL of every process the job runs on node n2 (its torchrun agent and rank) mid-run: the
+    rank on n1 sees its collective fail, finds n2's rank silent (no heartbeat for two periods),
+    names it, leaves interrupted.json and exits; the batch shell requeues the job, which resumes from
+    the newest complete checkpoint and trains bitwise like the uninterrupted run."""
+    import os
+    import signal
+
+    def kill_node(job):
+        pids = job_processes(job, "n2")
+        assert len(pids) >= 2, pids  # the agent and its rank at least
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+    log, took, lost = fault_then_resume(cluster, dataset, tmp_path, uninterrupted, kill_node)
+    # n2's rank named, or, when n2's torchrun agent hosted the rendezvous store (the agents race to
+    # host it, both nodes being 127.0.0.1 here), the store that went with it
+    assert ("(node n2, pid" in lost["message"] and "stopped answering" in lost["message"]
+            or "the rendezvous store at" in lost["message"] and "is lost" in lost["message"]), lost
+    assert "(n1, pid" in lost["message"]  # the survivor that reports it
+    assert "a node or rank was lost mid-run" in log and "requeueing job" in log
+    assert took < 30, took  # measured: detection at once (the peer's connection resets) + 2 heartbeats
+
+
+def test_a_hung_rank_times_out_names_its_node_and_the_job_resumes_bitwise(cluster, dataset, tmp_path, uninterrupted):
+    """SIGSTOP of the rank on n2: the rank on n1 waits parallel.timeout_s = 10 s in its collective,
+    then finds n2's rank silent, names it and exits; the job requeues and resumes bitwise."""
+    import os
+    import signal
+
+    def stop_rank(job):
+        [pid] = job_processes(job, "n2", ranks_only=True)
+        os.kill(pid, signal.SIGSTOP)
+    log, took, lost = fault_then_resume(cluster, dataset, tmp_path, uninterrupted, stop_rank)
+    assert "(node n2, pid" in lost["message"] and "Timed out" in lost["message"]
+    assert 10 <= took < 10 + 20, took  # the timeout, then two heartbeats (1.25 s each) and the exit
