@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import stat
 import warnings
@@ -74,13 +75,26 @@ class _GuardedWrites:
 
 
 def _attempt(action, path) -> str | None:
-    """Run one write: None, or what failed (an OSError, or torch's RuntimeError for a failed stream write)."""
+    """Run one write: None, or what failed (an OSError, or torch's RuntimeError for a failed stream
+    write, whose text does not say why: the filesystem's state is added)."""
     try:
         action()
     except (OSError, RuntimeError) as e:
         text = str(e).strip()
-        return f"{path}: {type(e).__name__}: {text.splitlines()[0][:300] if text else ''}"
+        return f"{path}: {type(e).__name__}: {text.splitlines()[0][:300] if text else ''} ({_filesystem(path)})"
     return None
+
+
+def _filesystem(path) -> str:
+    """'N bytes free there' or 'the filesystem is read-only', for the nearest existing parent."""
+    where = Path(path)
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        st = os.statvfs(where)
+    except OSError as e:
+        return f"cannot stat {where}: {e}"
+    return "the filesystem is read-only" if st.f_flag & os.ST_RDONLY else f"{st.f_bavail * st.f_frsize:,} bytes free there"
 
 
 def _sha256(path: Path) -> str:
