@@ -178,6 +178,7 @@ def fault_then_resume(cluster, dataset, runs, uninterrupted, fault) -> tuple[str
     cluster.run("scontrol", "update", f"jobid={job}_1", "StartTime=now")  # skip SLURM's requeue delay
     assert cluster.wait(f"{job}_1", timeout=600) == {f"{job}_1": "COMPLETED"}
     log = "\n".join(p.read_text() for p in runs.glob("*.out"))
+    print(f"{runs.name}: {took:.1f} s from the fault to interrupted.json")  # docs/cluster.md's figures
     assert f"resumed from {run / 'checkpoints'}/step_{newest:08d} at step {newest}" in log
     assert trajectory(records(run)) == trajectory(records(uninterrupted))
     a, b = weights(run), weights(uninterrupted)
