@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import time
 from typing import Any, Iterator
 
@@ -134,6 +135,25 @@ class Trainer:
         if diffs:
             raise DifferentRun(f"{self.ckpt.dir / tag} belongs to a different run ({'; '.join(diffs)}): give "
                                f"this run its own log.run_dir (or checkpoint.dir), or checkpoint.resume=false")
+        self._check_same_dp(tag)
+
+    def _check_same_dp(self, tag: str) -> None:
+        """ZeRO 1-3 partition the optimizer state (and gradients, parameters) over the data-parallel
+        ranks, one file per rank: DeepSpeed cannot load them at another data-parallel size (a requeue
+        onto fewer or more nodes) and fails deep inside its loader. Refused here, on every rank
+        before anything is loaded, with the way out. (Read from the file names of a verified
+        checkpoint: zero_pp_rank_<dp>_mp_rank_<tp>_optim_states.pt.)"""
+        if self.cfg.parallel.zero_stage == 0:
+            return
+        names = (re.search(r"zero_pp_rank_(\d+)_mp_rank_00_optim_states\.pt$", p.name) for p in (self.ckpt.dir / tag).iterdir())
+        ranks = {m.group(1) for m in names if m}
+        if ranks and len(ranks) != self.dims.dp:
+            raise DifferentRun(
+                f"{self.ckpt.dir / tag} was written by {len(ranks)} data-parallel ranks and this run has "
+                f"{self.dims.dp}: ZeRO-{self.cfg.parallel.zero_stage} keeps one optimizer partition per rank, "
+                f"which DeepSpeed loads only at the same data-parallel size. Resume with {len(ranks)} "
+                f"data-parallel ranks (the same nodes x ranks per node / tp as before); converting a checkpoint "
+                f"to another size is not supported yet")
 
     # ---- one optimizer step -----------------------------------------------------------------
     def train_step(self) -> dict[str, Any]:
