@@ -31,3 +31,9 @@ def fp32_bound(ref_err: float, scale: float, factor: float = 4.0, ulps: float = 
 def max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
     """max |a - b| in float64 (neither side rounded again)."""
     return (a.double() - b.double()).abs().max().item()
+
+
+def tp_matches(got: dict) -> bool:
+    """A tests.parallel.tp_equal result: the tp = 2 loss, logits and gradients each within fp32_bound
+    of the tp = 1 reference (`key` against `key_ref` and `key_scale`)."""
+    return all(got[k] <= fp32_bound(got[f"{k}_ref"], got[f"{k}_scale"]) for k in ("loss", "logits", "grads"))

@@ -1,4 +1,7 @@
-"""Under torchrun with 2 processes: tp = 2 forward and gradients against tp = 1 with the same weights."""
+"""Under torchrun with 2 processes: tp = 2 forward and gradients against tp = 1 with the same weights,
+each difference beside the tp = 1 reference's distance from its float64 twin (`*_ref`) and the
+quantity's scale, from which the tests derive their bounds (tests/helpers/tolerance.py)."""
+import copy
 import json
 import sys
 
@@ -27,12 +30,15 @@ def compare(cfg, rank, tp, **kwargs):
     idx = torch.randint(0, cfg.vocab_size, (2, 17), generator=g)
     x, y = idx[:, :-1], idx[:, 1:].clone()
     y[0, :3] = -1  # ignored positions
-    ref.train(), model.train()
-    a, b = ref(x, y, **kwargs), model(x, y, **kwargs)
-    a.loss.backward(), b.loss.backward()
+    exact = copy.deepcopy(ref).double()
+    ref.train(), model.train(), exact.train()
+    a, b, e = ref(x, y, **kwargs), model(x, y, **kwargs), exact(x, y, **kwargs)
+    a.loss.backward(), b.loss.backward(), e.loss.backward()
     shard = b.logits.shape[-1]
-    out = {"loss": (a.loss - b.loss).abs().item(),
-           "logits": (a.logits[..., rank * shard:(rank + 1) * shard] - b.logits).abs().max().item()}
+    out = {"loss": (a.loss - b.loss).abs().item(), "loss_ref": (a.loss.double() - e.loss).abs().item(),
+           "loss_scale": e.loss.abs().item(),
+           "logits": (a.logits[..., rank * shard:(rank + 1) * shard] - b.logits).abs().max().item(),
+           "logits_ref": (a.logits.double() - e.logits).abs().max().item(), "logits_scale": e.logits.abs().max().item()}
     grads = {k: p.grad for k, p in model.named_parameters()}
     gathered = []
     for r in range(tp):  # every rank's grads, for the merge
@@ -46,6 +52,9 @@ def compare(cfg, rank, tp, **kwargs):
     full_grads = merge_state_dicts(gathered, layout)
     ref_grads = {k: p.grad for k, p in ref.named_parameters()}
     out["grads"] = max((full_grads[k] - ref_grads[k]).abs().max().item() for k in ref_grads)
+    exact_grads = {k: p.grad for k, p in exact.named_parameters()}
+    out["grads_ref"] = max((ref_grads[k].double() - exact_grads[k]).abs().max().item() for k in ref_grads)
+    out["grads_scale"] = max(g.abs().max().item() for g in exact_grads.values())
     out["n_params"] = len(ref_grads)
     # resharding round trip: split -> merge is the identity, bitwise
     shards = [split_state_dict(ref.state_dict(), layout, r, tp) for r in range(tp)]
