@@ -35,6 +35,7 @@ TAG_PREFIX = "step_"
 RECORD = "checksums.json"
 RUN_CONFIG = "run_config.json"
 BEST = "best.json"
+UNIVERSAL_DIR = "universal"  # DIR/universal/<tag>: a checkpoint converted for another layout (removed by the next save)
 """The config of the run that wrote a checkpoint, plain JSON: checked against a resuming run before
 any state is loaded (a different precision or sharding would otherwise fail inside DeepSpeed)."""
 
@@ -47,6 +48,11 @@ class SaveFailed(RuntimeError):
     """Raised on every rank together when a checkpoint could not be written (a full disk, a directory
     made read-only, an I/O error) on any rank: the attempt is removed and the previous checkpoint
     stays the newest complete one."""
+
+
+class ConversionFailed(RuntimeError):
+    """Raised on every rank together when a checkpoint written at another layout could not be
+    converted (rgpt_dist/parallel/universal.py): nothing was loaded, the checkpoint is untouched."""
 
 
 class _GuardedWrites:
@@ -237,6 +243,9 @@ class CheckpointManager:
                          f"make room or restore write access under {self.dir}, then run again to resume")
 
     def _prune(self) -> None:
+        # a conversion served its resume: this run's own checkpoint is at its layout now
+        if (self.dir / UNIVERSAL_DIR).is_dir() and not (self.dir / UNIVERSAL_DIR).is_symlink():
+            shutil.rmtree(self.dir / UNIVERSAL_DIR, ignore_errors=True)
         complete = [t for t in self.tags() if (t / RECORD).exists()]
         best = self.best_tag()
         for old in complete[self.keep_last:]:
@@ -287,13 +296,57 @@ class CheckpointManager:
             raise ValueError(f"{path}: not a run config (a JSON object of config sections)")
         return saved
 
-    def load(self, engine, tag: str) -> dict[str, Any]:
+    def load(self, engine, tag: str, universal: bool = False) -> dict[str, Any]:
         """Collective: restore engine state and this rank's RNG; returns the client state. Every file
-        is read with the restricted unpickler (UntrustedCheckpoint names a file that asks for more)."""
+        is read with the restricted unpickler (UntrustedCheckpoint names a file that asks for more).
+        With `universal`, the checkpoint was written at another layout: it is loaded through its
+        universal conversion (load_universal)."""
+        if universal:
+            return self.load_universal(engine, tag)
         safe_checkpoint_engine(engine, self.trust)
         _, client_state = engine.load_checkpoint(str(self.dir), tag=tag, load_optimizer_states=True,
                                                  load_lr_scheduler_states=True)
         rng_file = self.dir / tag / f"rng_rank{self.rank:05d}.pt"
         if rng_file.exists():
             torch.set_rng_state(load_pt(rng_file, trust=self.trust)["torch"])
+        return client_state
+
+    def load_universal(self, engine, tag: str) -> dict[str, Any]:
+        """Collective: rank 0 converts checkpoint `tag` (verified and scanned by newest_valid) into
+        DIR/universal/<tag> once, then every rank loads it at this run's layout with DeepSpeed's
+        universal loader, which re-partitions the fp32 master weights and Adam moments. Two repairs
+        after DeepSpeed's ZeRO-3 loader (0.19.8): each param group's weight decay is kept as this run
+        built it (the loader copies group 0's settings into every group), and each state's Adam step
+        count is its own tensor again (below). The per-rank RNG files do not carry over to other ranks: none of
+        our training draws uses torch's generator (the noise is keyed: rgpt_dist/noise.py)."""
+        from rgpt_dist.parallel.universal import convert, deepspeed_loads_restricted
+
+        out = self.dir / UNIVERSAL_DIR / tag
+        failure = [None]
+        if self.rank == 0:
+            try:
+                convert(self.dir / tag, out)
+            except Exception as e:  # said on every rank, with the checkpoint kept as it was
+                failure[0] = f"{type(e).__name__}: {str(e).strip()[:500]}"
+        dist.broadcast_object_list(failure, src=0)
+        if failure[0] is not None:
+            raise ConversionFailed(f"{self.dir / tag} could not be converted to this run's layout: {failure[0]}")
+        decay = [group.get("weight_decay") for group in engine.optimizer.param_groups]
+        safe_checkpoint_engine(engine, self.trust)
+        engine._config.load_universal_checkpoint = True  # read by engine.load_checkpoint at the call
+        try:
+            with deepspeed_loads_restricted(self.trust):
+                _, client_state = engine.load_checkpoint(str(self.dir / UNIVERSAL_DIR), tag=tag,
+                                                         load_optimizer_states=True, load_lr_scheduler_states=True)
+        finally:
+            engine._config.load_universal_checkpoint = False
+        for group, wd in zip(engine.optimizer.param_groups, decay):
+            group["weight_decay"] = wd
+        # DeepSpeed's ZeRO-3 loader gives every sub-group's Adam state the same `step` tensor, which
+        # torch's AdamW increments in place: each optimizer step would then advance it once per
+        # sub-group, and the bias correction of every step after the resume would be wrong
+        inner = getattr(engine.optimizer, "optimizer", engine.optimizer)
+        for state in inner.state.values():
+            if torch.is_tensor(state.get("step")):
+                state["step"] = state["step"].clone()
         return client_state

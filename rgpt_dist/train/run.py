@@ -21,7 +21,7 @@ from rgpt_dist.parallel.health import Diagnosis, Heartbeat
 from rgpt_dist.parallel.zero import gather_per_unit, init_distributed, init_engine, register_tied_parameters
 from rgpt_dist.registry import build_model
 from rgpt_dist.safe_load import UntrustedCheckpoint
-from rgpt_dist.train.checkpoint import CheckpointManager, SaveFailed, SaveRefused
+from rgpt_dist.train.checkpoint import CheckpointManager, ConversionFailed, SaveFailed, SaveRefused
 from rgpt_dist.train.init_from import InitFromMismatch, load_initial_weights, wanted as init_wanted
 from rgpt_dist.train.metrics import MetricsSink
 from rgpt_dist.train.optim import make_optimizer, make_scheduler
@@ -159,7 +159,7 @@ def _fit(trainer: Trainer, cfg: Config, dims: ParallelDims, run_dir: Path, heart
         if dims.is_main:  # after resume: a run refused for another's checkpoint leaves its config
             atomic_write_text(run_dir / "config.yaml", cfg.to_yaml())
         return "finished" if trainer.fit() else "stopped"
-    except (UntrustedCheckpoint, DifferentRun, SaveRefused, SaveFailed) as e:  # raised on every rank together
+    except (UntrustedCheckpoint, DifferentRun, SaveRefused, SaveFailed, ConversionFailed) as e:  # on every rank together
         if dims.is_main:
             print(f"train: {e}", file=sys.stderr, flush=True)
         return "save failed" if isinstance(e, SaveFailed) else "refused"

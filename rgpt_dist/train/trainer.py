@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import re
 import time
 from typing import Any, Iterator
 
@@ -28,6 +27,8 @@ from rgpt_dist.models.spec import spec_for
 from rgpt_dist.noise import NoiseKey
 from rgpt_dist.parallel.compile import compile_stats
 from rgpt_dist.parallel.dims import ParallelDims
+from rgpt_dist.parallel.reshard import layout_for
+from rgpt_dist.parallel.universal import KEY as UNIVERSAL, layout_change, universal_info
 from rgpt_dist.train.checkpoint import CheckpointManager
 from rgpt_dist.train.metrics import MetricsSink, peak_flops
 from rgpt_dist.train.optim import global_grad_norm
@@ -39,8 +40,9 @@ class NonFiniteError(RuntimeError):
 
 
 class DifferentRun(ValueError):
-    """The checkpoint to resume from was written by a run with another model, seed, sharding or
-    precision (Trainer._check_same_run): nothing was loaded."""
+    """The checkpoint to resume from was written by a run with another model, seed or precision
+    (Trainer._check_same_run), or at a layout that does not convert (Trainer._layout_change):
+    nothing was loaded."""
 
 
 def _injected_nan(step: int, rank: int, var: str = "RGPT_INJECT_NAN") -> bool:
@@ -88,6 +90,7 @@ class Trainer:
         self.own_norm = cfg.parallel.zero_stage == 0 and cfg.parallel.dtype != "bf16"
         self._data: Iterator | None = None
         self.best: dict[str, Any] | None = None  # checkpoint.keep_best: {"step", "val_loss"} of the best evaluation
+        self._universal: dict | None = None  # client_state's tp slicing, made once
 
     # ---- data -------------------------------------------------------------------------------
     def _batches(self) -> Iterator:
@@ -96,8 +99,12 @@ class Trainer:
             yield from self.train_loader
 
     def client_state(self) -> dict[str, Any]:
+        """What a checkpoint records besides DeepSpeed's state; the tp slicing of every parameter for
+        a later conversion to another layout (rgpt_dist/parallel/universal.py)."""
+        if self._universal is None:
+            self._universal = universal_info(self.model, layout_for(self.cfg.model))
         state = {"step": self.step, "tokens": self.tokens, "loader": self.train_loader.state_dict(),
-                 "config": self.cfg.to_dict()}
+                 "config": self.cfg.to_dict(), UNIVERSAL: self._universal}
         return state if self.best is None else {**state, "best": self.best}
 
     def resume(self) -> bool:
@@ -107,7 +114,10 @@ class Trainer:
             return False
         saved = self.ckpt.saved_config(tag)
         self._check_same_run(saved, tag)  # before any state is loaded
-        state = self.ckpt.load(self.engine, tag)
+        change = self._layout_change(saved, tag)
+        state = self.ckpt.load(self.engine, tag, universal=change is not None)
+        if change and self.dims.is_main:
+            print(f"converted {tag} ({change}) through DeepSpeed's universal checkpoint", flush=True)
         if saved is None:  # a checkpoint written before run_config.json: its client state holds the config
             self._check_same_run(state.get("config"), tag)
         self.step, self.tokens = state["step"], state["tokens"]
@@ -118,15 +128,29 @@ class Trainer:
             print(f"resumed from {self.ckpt.dir / tag} at step {self.step}", flush=True)
         return True
 
+    def _layout_change(self, saved: dict | None, tag: str) -> str | None:
+        """What changed in the layout (ZeRO stage, tp, data-parallel size) since the checkpoint was
+        written, when DeepSpeed's universal checkpoint converts it (rgpt_dist/parallel/universal.py);
+        DifferentRun, before anything is loaded, when it cannot."""
+        if saved is None:  # written before run_config.json: at its own layout (resumes as it always did)
+            return None
+        p = self.cfg.parallel
+        change, problem = layout_change(saved, self.ckpt.dir / tag, p.zero_stage, p.tp_size, self.dims.dp)
+        if problem:
+            raise DifferentRun(f"{self.ckpt.dir / tag} was written at another layout ({change}) that cannot be "
+                               f"converted: {problem}. Resume at the checkpoint's layout, or give this run its own "
+                               f"log.run_dir (or checkpoint.dir)")
+        return change
+
     def _check_same_run(self, saved: dict | None, tag: str) -> None:
-        """A checkpoint continues only the run that wrote it: same model, seed, sharding and precision
+        """A checkpoint continues only the run that wrote it: same model, seed and precision
         (DeepSpeed's bf16 mode and bf16-autocast store different weights and optimizer states); the
-        budget, schedule and logging may change, e.g. to extend a run to the doubled budget."""
+        budget, schedule and logging may change, e.g. to extend a run to the doubled budget, and so
+        may the layout where it converts (_layout_change)."""
         if saved is None:
             return
         now = self.cfg.to_dict()
-        keys = [("model", k) for k in now["model"]] + [("train", "seed"), ("parallel", "tp_size"),
-                                                        ("parallel", "zero_stage"), ("parallel", "dtype"),
+        keys = [("model", k) for k in now["model"]] + [("train", "seed"), ("parallel", "dtype"),
                                                         ("data", "task"), ("data", "task_train_max")]
         # a field the checkpoint does not record is newer than it: it ran with the field's default
         then = {(a, b): saved.get(a, {}).get(b, _field_default(getattr(self.cfg, a), b)) for a, b in keys}
@@ -135,25 +159,6 @@ class Trainer:
         if diffs:
             raise DifferentRun(f"{self.ckpt.dir / tag} belongs to a different run ({'; '.join(diffs)}): give "
                                f"this run its own log.run_dir (or checkpoint.dir), or checkpoint.resume=false")
-        self._check_same_dp(tag)
-
-    def _check_same_dp(self, tag: str) -> None:
-        """ZeRO 1-3 partition the optimizer state (and gradients, parameters) over the data-parallel
-        ranks, one file per rank: DeepSpeed cannot load them at another data-parallel size (a requeue
-        onto fewer or more nodes) and fails deep inside its loader. Refused here, on every rank
-        before anything is loaded, with the way out. (Read from the file names of a verified
-        checkpoint: zero_pp_rank_<dp>_mp_rank_<tp>_optim_states.pt.)"""
-        if self.cfg.parallel.zero_stage == 0:
-            return
-        names = (re.search(r"zero_pp_rank_(\d+)_mp_rank_00_optim_states\.pt$", p.name) for p in (self.ckpt.dir / tag).iterdir())
-        ranks = {m.group(1) for m in names if m}
-        if ranks and len(ranks) != self.dims.dp:
-            raise DifferentRun(
-                f"{self.ckpt.dir / tag} was written by {len(ranks)} data-parallel ranks and this run has "
-                f"{self.dims.dp}: ZeRO-{self.cfg.parallel.zero_stage} keeps one optimizer partition per rank, "
-                f"which DeepSpeed loads only at the same data-parallel size. Resume with {len(ranks)} "
-                f"data-parallel ranks (the same nodes x ranks per node / tp as before); converting a checkpoint "
-                f"to another size is not supported yet")
 
     # ---- one optimizer step -----------------------------------------------------------------
     def train_step(self) -> dict[str, Any]:

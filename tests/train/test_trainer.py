@@ -69,21 +69,31 @@ def _resuming_trainer(saved_changes: dict):
     return resuming_trainer(cfg, saved)
 
 
-@pytest.mark.parametrize("changes,message", [
-    ({"parallel": {"tp_size": 2}}, "parallel.tp_size: checkpoint 2, config 1"),
-    ({"parallel": {"zero_stage": 3}}, "parallel.zero_stage: checkpoint 3, config 2"),
-    ({"parallel": {"zero_stage": 3, "tp_size": 2}}, "parallel.tp_size: checkpoint 2, config 1; parallel.zero_stage: "
-                                                    "checkpoint 3, config 2")])
-def test_resume_refuses_a_checkpoint_of_another_tp_size_or_zero_stage(changes, message):
-    """docs/training.md: a checkpoint resumes only the run that wrote it; another tp size or ZeRO
-    stage (whose shards the engine would misread) stops before any state is loaded, listing the
-    differences and the way out; a changed budget (train.max_steps) is allowed."""
+@pytest.mark.parametrize("changes,refusal", [
+    ({"parallel": {"zero_stage": 3}}, "(ZeRO-3, tp = 1, dp = 1 -> ZeRO-2, tp = 1, dp = 1) that cannot be converted: "
+                                      "DeepSpeed converts between ZeRO-1 and ZeRO-2 only"),
+    ({"parallel": {"zero_stage": 0}}, "(ZeRO-0, tp = 1, dp = 1 -> ZeRO-2, tp = 1, dp = 1) that cannot be converted: "
+                                      "ZeRO-0 keeps no partitioned optimizer state"),
+    ({"parallel": {"zero_stage": 3, "tp_size": 2}}, "(ZeRO-3, tp = 2, dp = 1 -> ZeRO-2, tp = 1, dp = 1) that cannot "
+                                                    "be converted: DeepSpeed converts between ZeRO-1 and ZeRO-2 only"),
+    ({"parallel": {"tp_size": 2}}, None), ({"parallel": {"zero_stage": 1}}, None)])
+def test_resume_converts_another_layout_where_deepspeed_can_and_refuses_it_elsewhere(changes, refusal):
+    """docs/training.md: another tp size or ZeRO stage goes through DeepSpeed's universal checkpoint
+    where it converts (ZeRO-1 <-> 2, any tp: the load is then universal; tests/train/test_layout_change.py
+    runs them), and stops before any state is loaded where it does not, naming both layouts and the
+    way out; a changed budget (train.max_steps) loads as it always did."""
     from rgpt_dist.train.trainer import DifferentRun
 
-    with pytest.raises(DifferentRun, match=re.escape(f"/runs/x/checkpoints/step_00000003 belongs to a different "
-                                                     f"run ({message}): give this run its own log.run_dir")):
-        _resuming_trainer(changes).resume()
-    with pytest.raises(AssertionError, match="state was loaded"):  # the same run goes on to load
+    if refusal is None:
+        with pytest.raises(AssertionError, match=re.escape("state was loaded before the configs were compared "
+                                                           "(universal=True)")):
+            _resuming_trainer(changes).resume()
+    else:
+        with pytest.raises(DifferentRun, match=re.escape(f"/runs/x/checkpoints/step_00000003 was written at another "
+                                                         f"layout {refusal}")):
+            _resuming_trainer(changes).resume()
+    with pytest.raises(AssertionError, match=re.escape("state was loaded before the configs were compared "
+                                                       "(universal=False)")):  # the same layout loads as before
         _resuming_trainer({"train": {"max_steps": 10**6}}).resume()
 
 
