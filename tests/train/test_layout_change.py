@@ -4,8 +4,10 @@ as a requeue onto fewer or more nodes does. The global batch stays 8 sequences (
 adapts), the data stream continues at the next global sample (streaming's elastic resumption:
 tests/data/test_streaming.py checks the sample ids; here a skipped or repeated sample would move a
 loss by ~1e-2), and steps 5-8 follow an uninterrupted run at the new layout to within the error that
-changing the layout alone causes: |converted - new| <= 4 |old - new| + 4 ulps, where old and new are
-uninterrupted runs at the two layouts (tests/helpers/tolerance.py's reasoning). What DeepSpeed
+changing the layout alone causes: |converted - new| <= (4 r + 4 eps32) |new|, where r is the largest
+relative difference between uninterrupted runs at the two layouts over the run (in bf16 it swings
+from step to step: 3.6e-4 at step 1, 1.6e-7 at step 8), and the final fp32 weights likewise
+(tests/helpers/tolerance.py's reasoning). What DeepSpeed
 cannot convert is refused at start with exit 2 on every rank, nothing written."""
 import json
 import shutil
@@ -22,13 +24,15 @@ pytestmark = pytest.mark.slow
 
 RUN = ["model.sigma_x=0", "model.sigma_g=0", "train.max_steps=8", "eval.every_steps=0", "checkpoint.every_steps=4",
        "model.pad_vocab_multiple=256"]
-# (ZeRO stage, ranks, tp) before -> after
+# (ZeRO stage, ranks, tp[, dtype]) before -> after; fp32 unless named (bf16: DeepSpeed's bf16 optimizer,
+# the grid's precision, whose partitions are bf16_zero_pp_rank_* files)
 CASES = {"zero2-dp2-to-dp1": ((2, 2, 1), (2, 1, 1)), "zero1-dp2-to-dp4": ((1, 2, 1), (1, 4, 1)),
-         "zero3-dp2-to-dp4": ((3, 2, 1), (3, 4, 1)), "zero3-dp2-to-dp1": ((3, 2, 1), (3, 1, 1)), "zero2-tp2-to-tp1": ((2, 2, 2), (2, 1, 1))}
+         "zero3-dp2-to-dp4": ((3, 2, 1), (3, 4, 1)), "zero3-dp2-to-dp1": ((3, 2, 1), (3, 1, 1)),
+         "zero2-tp2-to-tp1": ((2, 2, 2), (2, 1, 1)), "zero2-bf16-dp2-to-dp1": ((2, 2, 1, "bf16"), (2, 1, 1, "bf16"))}
 
 
-def layout(stage: int, tp: int) -> list[str]:
-    return [f"parallel.zero_stage={stage}", f"parallel.tp_size={tp}"]
+def layout(stage: int, tp: int, dtype: str = "fp32") -> list[str]:
+    return [f"parallel.zero_stage={stage}", f"parallel.tp_size={tp}", f"parallel.dtype={dtype}"]
 
 
 @pytest.fixture(scope="module")
@@ -36,12 +40,12 @@ def uninterrupted(dataset, tmp_path_factory):
     """(stage, ranks, tp) -> the run directory of an uninterrupted run at that layout (made once)."""
     made = {}
 
-    def get(stage: int, ranks: int, tp: int):
-        if (stage, ranks, tp) not in made:
-            run = tmp_path_factory.mktemp(f"z{stage}-n{ranks}-tp{tp}")
-            launch(ranks, run, dataset, *RUN, *layout(stage, tp))
-            made[stage, ranks, tp] = run
-        return made[stage, ranks, tp]
+    def get(stage: int, ranks: int, tp: int, dtype: str = "fp32"):
+        if (stage, ranks, tp, dtype) not in made:
+            run = tmp_path_factory.mktemp(f"z{stage}-n{ranks}-tp{tp}-{dtype}")
+            launch(ranks, run, dataset, *RUN, *layout(stage, tp, dtype))
+            made[stage, ranks, tp, dtype] = run
+        return made[stage, ranks, tp, dtype]
     return get
 
 
@@ -51,11 +55,11 @@ def steps(run) -> dict[int, dict]:
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_checkpoint_resumes_at_another_layout(case, uninterrupted, dataset, tmp_path):
-    (s0, n0, tp0), (s1, n1, tp1) = CASES[case]
-    old, new = uninterrupted(s0, n0, tp0), uninterrupted(s1, n1, tp1)
+    (s0, n0, tp0, *dtype), (s1, n1, tp1, *_) = CASES[case]
+    old, new = uninterrupted(s0, n0, tp0, *dtype), uninterrupted(s1, n1, tp1, *dtype)
     run = tmp_path / "run"  # the old run as a requeue finds it after step 4: its checkpoint of step 4
     shutil.copytree(old, run, ignore=shutil.ignore_patterns("step_00000008", "wandb"))
-    stdout = launch(n1, run, dataset, *RUN, *layout(s1, tp1))
+    stdout = launch(n1, run, dataset, *RUN, *layout(s1, tp1, *dtype))
     before = f"ZeRO-{s0}, tp = {tp0}, dp = {n0 // tp0}"
     after = f"ZeRO-{s1}, tp = {tp1}, dp = {n1 // tp1}"
     assert f"converted step_00000004 ({before} -> {after}) through DeepSpeed's universal checkpoint" in stdout
@@ -64,10 +68,11 @@ def test_a_checkpoint_resumes_at_another_layout(case, uninterrupted, dataset, tm
     assert sorted(got) == list(range(1, 9))  # every step once
     assert all(got[s] == a[s] for s in range(1, 5))  # the old layout's records up to its checkpoint
     assert [got[s]["tokens"] for s in got] == [b[s]["tokens"] for s in b]  # the same global batches
-    for s in range(5, 9):
-        for key in ("loss", "grad_norm"):
-            reorder = abs(a[s][key] - b[s][key])
-            assert abs(got[s][key] - b[s][key]) <= 4 * reorder + 4 * EPS32 * abs(b[s][key]), (case, s, key, got[s], b[s])
+    for key in ("loss", "grad_norm"):  # the layouts' own relative difference, its largest over the run
+        reorder = max(abs(a[s][key] - b[s][key]) / abs(b[s][key]) for s in b)
+        for s in range(5, 9):
+            bound = (4 * reorder + 4 * EPS32) * abs(b[s][key])
+            assert abs(got[s][key] - b[s][key]) <= bound, (case, s, key, got[s], b[s], bound)
     w, w_old, w_new = (consolidate(r).state_dict for r in (run, old, new))
     reorder = max((w_old[k] - w_new[k]).abs().max().item() for k in w_new)
     scale = max(v.abs().max().item() for v in w_new.values())
