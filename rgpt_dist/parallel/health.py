@@ -69,15 +69,22 @@ class Heartbeat:
         self._thread = threading.Thread(target=self._run, name="rgpt-heartbeat", daemon=True)
 
     @classmethod
-    def start(cls, rank: int, world: int, timeout_s: float, progress: Callable[[], int]) -> "Heartbeat":
+    def start(cls, rank: int, world: int, timeout_s: float, progress: Callable[[], int]) -> "Heartbeat | None":
         """Connects its own client to the rendezvous store (its own short timeout: a store that is
-        gone must not hold the diagnosis for parallel.timeout_s) and starts beating."""
+        gone must not hold the diagnosis for parallel.timeout_s) and starts beating; None, said
+        once, where no store can be reached (a launcher that sets no MASTER_ADDR / MASTER_PORT): the
+        run then trains as before, and a failed collective ends it with the backend's own error."""
         from torch.distributed import TCPStore
 
-        store = TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                         timeout=timedelta(seconds=30), wait_for_workers=False)
-        beat = cls(store, rank, world, interval_for(timeout_s), progress)
-        beat._beat()
+        try:
+            store = TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                             timeout=timedelta(seconds=30), wait_for_workers=False)
+            beat = cls(store, rank, world, interval_for(timeout_s), progress)
+            beat._beat()
+        except (KeyError, ValueError, RuntimeError) as e:  # DistError is a RuntimeError
+            if rank == 0:
+                print(f"note: no heartbeat ({type(e).__name__}: {e}): a lost rank will not be named", flush=True)
+            return None
         beat._thread.start()
         return beat
 
