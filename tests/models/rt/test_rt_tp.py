@@ -16,7 +16,7 @@ from rgpt_dist.models.rt import SPEC
 from rgpt_dist.parallel.reshard import layout_for, merge_state_dicts
 from rgpt_dist.registry import build_model
 from tests.helpers.dist import torchrun
-from tests.helpers.tolerance import fp32_bound, max_abs
+from tests.helpers.tolerance import EPS32, fp32_bound, max_abs
 from tests.models.rt.tp_rt_worker import CONFIGS, STEPS, batch
 
 pytestmark = pytest.mark.slow
@@ -100,7 +100,8 @@ def test_trainer_tp2_x_dp2_reproduces_one_rank_and_its_checkpoint_consolidates(d
     """rt-debug (3 layers, width 64, the untied head; vocabulary padded to 50,432 for tp = 2), 4 steps
     of 8 x 32 tokens: one rank (ZeRO-1, 4 micro-batches accumulated) against tp = 2 x dp = 2 on 4
     processes (ZeRO-2). Measured (2026-12-03): losses equal to 9.5e-7 absolute at ~10.9 (about one
-    ulp; asserted rel 3e-7), gradient norms to 2.4e-7 at ~2.8 (asserted rel 3e-7); the tp run's
+    ulp), gradient norms to 2.4e-7 at ~2.8; asserted within 16 fp32 ulps relative (1.9e-6: a few
+    roundings per reduction stage, on any CPU; a wrong shard moves them by ~1e-4 per step); the tp run's
     checkpoint consolidates (its two tp shards merged with layout_for) to the tp = 1 names and shapes
     and to the one-rank run's fp32 master weights: measured 3.9e-6, then 1.3e-5 after a change to the
     package's source (the test data is that source, tests/helpers/runs.py), because AdamW turns the tp
@@ -117,9 +118,10 @@ def test_trainer_tp2_x_dp2_reproduces_one_rank_and_its_checkpoint_consolidates(d
     one = run("one", 1, "parallel.zero_stage=1")
     tp = run("tp2dp2", 4, "parallel.tp_size=2", "parallel.zero_stage=2")
     assert [s for s, *_ in tp] == [s for s, *_ in one] == [1, 2, 3, 4]
+    rel = 16 * EPS32  # a few ulp per reduction stage (tokens, ranks, the vocabulary split), not one CPU's
     for (step, loss, norm), (_, loss_ref, norm_ref) in zip(tp, one):
-        assert loss == pytest.approx(loss_ref, rel=3e-7, abs=0), ("loss", step)
-        assert norm_ref > 0 and norm == pytest.approx(norm_ref, rel=3e-7, abs=0), ("grad_norm", step)
+        assert loss == pytest.approx(loss_ref, rel=rel, abs=0), ("loss", step)
+        assert norm_ref > 0 and norm == pytest.approx(norm_ref, rel=rel, abs=0), ("grad_norm", step)
     a, b = consolidate(tmp_path / "one"), consolidate(tmp_path / "tp2dp2")
     assert b.config.parallel.tp_size == 2 and b.step == a.step == 4
     assert {k: v.shape for k, v in b.state_dict.items()} == {k: v.shape for k, v in a.state_dict.items()}
