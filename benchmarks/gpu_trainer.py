@@ -114,9 +114,9 @@ def worker(argv: list[str]) -> int:
         info["save_s"].append(time.perf_counter() - t)
         return out
 
-    def timed_load(self, engine, tag):
+    def timed_load(self, engine, tag, **kwargs):  # kwargs: universal= (a checkpoint of another layout)
         t = time.perf_counter()
-        out = load(self, engine, tag)
+        out = load(self, engine, tag, **kwargs)
         info["load_s"].append(time.perf_counter() - t)
         info["loaded"] = tag
         return out
