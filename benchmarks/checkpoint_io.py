@@ -9,13 +9,15 @@ with its moments filled by one step) and, per model:
 1. save: CheckpointManager.save, the trainer's whole path (DeepSpeed's files, the RNG file, fsync,
    sha256 of every file, the record, `latest`), in MB/s of checkpoint written;
 2. load: newest_valid (verify every sha256, scan every file for pickled code) and load, in MB/s;
-3. the same bytes written (with fsync) and read back by plain file I/O in the same run: the disk's
-   own rate, against which 1 and 2 are ratios;
+3. the work neither can avoid, measured in the same run on the same bytes: plain file I/O (written
+   with fsync, read back) plus one sha256 pass (the completion record, the verification);
 4. convert: the universal conversion rgpt_dist/parallel/universal.py runs when a checkpoint resumes
    at another layout, in seconds and as a multiple of the save.
-Bar (printed, exit 1 when missed): save and load each reach at least 0.2x the plain-I/O rate (the
-two hashing passes, the pickle scan and DeepSpeed's serialisation are the cost above raw I/O).
-The page cache is warm for reads (a just-written checkpoint, as a resume after a preemption sees it).
+Bar (printed, exit 1 when missed): save and load each take at most 2x that unavoidable work (ratio
+>= 0.5; DeepSpeed's serialisation, the pickle scan and the fsyncs are the rest). Against plain I/O
+alone a load cannot come close: the page cache is warm for reads (a just-written checkpoint, as a
+resume after a preemption sees it), so reading runs at memory speed while sha256 runs at ~0.6 GB/s
+per core.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-BAR = 0.2
+BAR = 0.5
 MODELS = {"small": ["model=gpt2-small"], "medium": ["model=gpt2-medium"]}
 QUICK = {"tiny": ["model=gpt2-small", "model.n_layer=2", "model.d_model=64", "model.n_head=2"]}
 
@@ -111,11 +113,16 @@ def measure(name: str, overrides: list[str], root: Path, sabotage: bool) -> dict
     t = time.perf_counter()
     convert(tag_dir, root / name / "universal" / tag)
     convert_s = time.perf_counter() - t
+    t = time.perf_counter()
+    for f in tag_dir.rglob("*"):
+        if f.is_file():
+            checkpoint._sha256(f)
+    hash_s = time.perf_counter() - t
     write_s, read_s = plain_io(root, nbytes)
     shutil.rmtree(root / name)
     mb = nbytes / 1e6
-    return {"model": name, "params": params, "mb": mb, "save": mb / save_s, "load": mb / load_s,
-            "write": mb / write_s, "read": mb / read_s, "convert_s": convert_s, "save_s": save_s}
+    return {"model": name, "params": params, "mb": mb, "save_s": save_s, "load_s": load_s, "write_s": write_s,
+            "read_s": read_s, "hash_s": hash_s, "convert_s": convert_s}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,17 +144,19 @@ def main(argv: list[str] | None = None) -> int:
         for name, overrides in models.items():
             rows.append(measure(name, overrides, Path(tmp), args.sabotage))
     dist.destroy_process_group()
-    print("| model | parameters | checkpoint MB | save MB/s | plain write MB/s | save ratio | load MB/s | "
-          "plain read MB/s | load ratio | universal conversion s (x save) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | parameters | checkpoint MB | save MB/s | load MB/s | plain write MB/s | plain read MB/s | "
+          "sha256 MB/s | save ratio | load ratio | universal conversion s (x save) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     ok = True
     for r in rows:
-        save_ratio, load_ratio = r["save"] / r["write"], r["load"] / r["read"]
+        mb = r["mb"]
+        save_ratio = (r["write_s"] + r["hash_s"]) / r["save_s"]
+        load_ratio = (r["read_s"] + r["hash_s"]) / r["load_s"]
         ok &= save_ratio >= BAR and load_ratio >= BAR
-        print(f"| {r['model']} | {r['params']:,} | {r['mb']:,.0f} | {r['save']:,.0f} | {r['write']:,.0f} | "
-              f"{save_ratio:.2f} | {r['load']:,.0f} | {r['read']:,.0f} | {load_ratio:.2f} | "
-              f"{r['convert_s']:.1f} ({r['convert_s'] / r['save_s']:.1f}x) |")
-    print(f"bar: save and load >= {BAR}x plain I/O: {'met' if ok else 'MISSED'}")
+        print(f"| {r['model']} | {r['params']:,} | {mb:,.0f} | {mb / r['save_s']:,.0f} | {mb / r['load_s']:,.0f} | "
+              f"{mb / r['write_s']:,.0f} | {mb / r['read_s']:,.0f} | {mb / r['hash_s']:,.0f} | {save_ratio:.2f} | "
+              f"{load_ratio:.2f} | {r['convert_s']:.1f} ({r['convert_s'] / r['save_s']:.1f}x) |")
+    print(f"bar: save and load >= {BAR}x (plain I/O + one sha256 pass): {'met' if ok else 'MISSED'}")
     return 0 if ok else 1
 
 
