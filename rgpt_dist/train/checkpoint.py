@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from rgpt_dist.durable import UnsafePath, atomic_write_text, fsync_tree
+from rgpt_dist.parallel.universal import convert, deepspeed_loads_restricted
 from rgpt_dist.safe_load import UntrustedCheckpoint, load_pt, scan_pt
 from rgpt_dist.train.run_dir import tag_problem
 
@@ -319,8 +320,6 @@ class CheckpointManager:
         built it (the loader copies group 0's settings into every group), and each state's Adam step
         count is its own tensor again (below). The per-rank RNG files do not carry over to other ranks: none of
         our training draws uses torch's generator (the noise is keyed: rgpt_dist/noise.py)."""
-        from rgpt_dist.parallel.universal import convert, deepspeed_loads_restricted
-
         out = self.dir / UNIVERSAL_DIR / tag
         failure = [None]
         if self.rank == 0:
