@@ -35,9 +35,10 @@ def node_name() -> str:
 
 
 def interval_for(timeout_s: float) -> float:
-    """Heartbeat period for a collective timeout: an eighth of it, between 0.5 and 15 seconds, so the
-    diagnosis (two periods) adds at most 30 seconds to the timeout."""
-    return min(max(timeout_s / 8, 0.5), 15.0)
+    """Heartbeat period for a collective timeout: an eighth of it, between 0.5 and 5 seconds, so the
+    diagnosis (two periods) adds at most 10 seconds, well inside the grace SLURM gives a step it
+    terminates (KillWait, often 30 s) once srun has seen the lost node's task die."""
+    return min(max(timeout_s / 8, 0.5), 5.0)
 
 
 @dataclass

@@ -127,13 +127,15 @@ def train(cfg: Config) -> int:
     trainer = Trainer(cfg, dims, engine, optimizer, train_loader, val_batches, ckpt, sink, stop)
     heartbeat = Heartbeat.start(dims.rank, dims.world, cfg.parallel.timeout_s, lambda: trainer.step) \
         if dims.world > 1 else None
+    outcome = None
     try:
         outcome = _fit(trainer, cfg, dims, run_dir, heartbeat)
     finally:
-        sink.close()
-        stop.close()
         if heartbeat is not None:
             heartbeat.close()
+        sink.close()
+        if not isinstance(outcome, Diagnosis):  # a lost peer keeps the handler until signals are ignored
+            stop.close()
     if isinstance(outcome, Diagnosis):  # the process group is broken: no barrier, no teardown
         _peer_lost(outcome, run_dir, dims, trainer.step)
     if outcome != "finished":
@@ -180,13 +182,16 @@ def _peer_lost(lost: Diagnosis, run_dir: Path, dims: ParallelDims, step: int) ->
     its barrier nor its teardown can complete. The first survivor to see the failure writes the
     marker (whole, never replaced: a later survivor, ended by the job's teardown, knows less); what
     the run saved is untouched, and it resumes from its newest checkpoint."""
+    # srun ends the job step as soon as any task fails (--kill-on-bad-exit): its SIGTERM must not kill
+    # this rank before the marker is written (the marker first, then the message)
+    ignore_signals()
     message = lost.message(dims.rank, step)
-    print(f"train: {message}. Stopping: run again (the batch script requeues) to resume from the newest "
-          "complete checkpoint.", file=sys.stderr, flush=True)
     try:
         atomic_create_text(run_dir / INTERRUPTED, json.dumps({"reason": "peer lost", "message": message,
                                                               "rank": dims.rank, "step": step}) + "\n")
     except OSError as e:
         print(f"train: could not write {run_dir / INTERRUPTED}: {e}", file=sys.stderr, flush=True)
+    print(f"train: {message}. Stopping: run again (the batch script requeues) to resume from the newest "
+          "complete checkpoint.", file=sys.stderr, flush=True)
     sys.stdout.flush()
     os._exit(EXIT_PREEMPTED)
