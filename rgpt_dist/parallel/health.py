@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Callable
 
+from torch.distributed import TCPStore
+
 KEY = "rgpt/heartbeat/{attempt}/{rank}"
 FAILED = "rgpt/failed/{attempt}/{rank}"  # a rank that raised an error of its own says so before it exits
 
@@ -75,8 +77,6 @@ class Heartbeat:
         gone must not hold the diagnosis for parallel.timeout_s) and starts beating; None, said
         once, where no store can be reached (a launcher that sets no MASTER_ADDR / MASTER_PORT): the
         run then trains as before, and a failed collective ends it with the backend's own error."""
-        from torch.distributed import TCPStore
-
         try:
             store = TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
                              timeout=timedelta(seconds=30), wait_for_workers=False)

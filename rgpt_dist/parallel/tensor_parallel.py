@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 
 import torch
+from torch.distributed import distributed_c10d
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -65,8 +66,6 @@ def init_tensor_parallel(tp_size: int) -> None:
     """megatron's process groups: consecutive ranks form a tensor-parallel group. Their collectives
     time out as every other group's (torch.distributed's default, which set_collective_timeout makes
     parallel.timeout_s), not after megatron's own 30 minutes."""
-    from torch.distributed import distributed_c10d
-
     if not parallel_state.model_parallel_is_initialized():
         minutes = distributed_c10d.default_pg_timeout.total_seconds() / 60
         parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp_size, distributed_timeout_minutes=minutes)

@@ -31,7 +31,7 @@ from typing import Iterator
 import torch
 
 from rgpt_dist.durable import UnsafePath, fsync_tree
-from rgpt_dist.safe_load import restricted_loads
+from rgpt_dist.safe_load import load_pt, restricted_loads
 
 KEY = "universal_checkpoint_info"  # the client-state key ds_to_universal reads
 
@@ -81,7 +81,7 @@ def convert(tag_dir: Path, out_dir: Path) -> Path:
     been planted), written beside it and renamed into place. Runs on one process (no
     torch.distributed; DeepSpeed's own worker pools off); every file is read with our restricted
     loader (the source should be verified first, as newest_valid does)."""
-    from deepspeed.checkpoint.ds_to_universal import main as to_universal
+    from deepspeed.checkpoint.ds_to_universal import main as to_universal  # DeepSpeed picks its accelerator at import
 
     tmp, source = out_dir.with_name(out_dir.name + ".tmp"), out_dir.with_name(out_dir.name + ".input")
     for stale in (out_dir.parent, tmp, out_dir, source):  # made afresh every time: never one found here
@@ -125,8 +125,6 @@ def _stage_input(tag_dir: Path, source: Path) -> None:
     again without their None entries. megatron's layers add `<layer>._extra_state` = None to every
     state dict, and ds_to_universal (0.19.8) writes each module entry it found no optimizer state
     for as `fp32.pt` with `tensor.float()`, which fails on None."""
-    from rgpt_dist.safe_load import load_pt
-
     source.mkdir(parents=True)
     for f in sorted(tag_dir.iterdir()):
         if f.name.endswith("model_states.pt"):

@@ -6,6 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 import torch
+import torch.distributed.distributed_c10d as c10d
 
 from rgpt_dist.config.experiment import Config
 from rgpt_dist.parallel.dims import ParallelDims
@@ -137,8 +138,6 @@ def set_collective_timeout(seconds: float) -> timedelta:
     data-parallel groups, where ZeRO reduces every gradient, are made so (`new_group(ranks)`): a rank
     stopped mid-step then held its peers for 30 minutes. So that default is set to ours, before any
     group exists; megatron's groups take it from init_tensor_parallel."""
-    import torch.distributed.distributed_c10d as c10d
-
     timeout = timedelta(seconds=seconds)
     c10d.default_pg_timeout = c10d.default_pg_nccl_timeout = timeout
     return timeout
