@@ -10,13 +10,19 @@ shard names inside the split directory); remote datasets are cached in a private
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import glob
 import os
+import sys
+import tempfile
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from rgpt_dist.data.cache import cache_dir as private_cache
 from rgpt_dist.data.index import DatasetError, check_split
@@ -69,8 +75,51 @@ def token_dataset(roots: str | list[str], split: str = "train", *, batch_size: i
     """
     roots = [roots] if isinstance(roots, (str, Path)) else list(roots)
     streams = [_stream(str(r), split, cache_dir) for r in roots]
-    return TokenDataset(streams=streams, batch_size=batch_size, shuffle=shuffle, shuffle_seed=seed,
-                        num_canonical_nodes=num_canonical_nodes or 1, **kwargs)
+    with host_registration_lock():
+        return TokenDataset(streams=streams, batch_size=batch_size, shuffle=shuffle, shuffle_seed=seed,
+                            num_canonical_nodes=num_canonical_nodes or 1, **kwargs)
+
+
+# One per host: a file in /dev/shm itself, whose names it guards (a node with a private /dev/shm mount
+# gets its own lock even where nodes share /tmp; a lock shared across nodes would deadlock, since a
+# leader holds it through a collective barrier).
+REGISTRATION_LOCK = "rgpt-dist-streaming-registration.lock"
+
+
+@contextlib.contextmanager
+def host_registration_lock(wait_notice_s: float = 30.0) -> Iterator[None]:
+    """Serialize streaming's shared-memory registration between the jobs of one host.
+
+    A StreamingDataset registers itself under the first free prefix of /dev/shm (`000000_locals`,
+    ...); two jobs on one host (a shared SLURM node, `rgpt-compare --jobs 2`) that open a dataset at
+    the same moment find the same free prefix and one dies with FileExistsError. The local leader
+    holds this lock from before any rank of its job searches (the barrier) until its dataset is
+    registered. Call it on every rank or on none, like the constructor it wraps."""
+    world = streaming.base.world.World.detect()
+    fd = None
+    if world.is_local_leader:
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+        path = os.path.join(shm, REGISTRATION_LOCK)
+        # read-only: flock needs no write access, so users sharing a node share the file; no symlinks
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        start, told = time.monotonic(), False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not told and time.monotonic() - start > wait_notice_s:
+                    print(f"rgpt-dist: waiting for {path}, held by another job on this host that is "
+                          "opening its dataset", file=sys.stderr, flush=True)
+                    told = True
+                time.sleep(0.05)
+    try:
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()  # no rank of this job looks for a free prefix before its leader holds the lock
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # releases the lock
 
 
 def token_loader(dataset: TokenDataset, batch_size: int, num_workers: int = 0) -> Any:
@@ -83,9 +132,6 @@ def cleanup_stale_state() -> None:
     """Remove what killed or finished runs leave behind: streaming's stale shared-memory segments and
     its lock files in the temp directory that no live process holds. Contains a barrier when a
     process group exists: call it on every rank or on none."""
-    import fcntl
-    import tempfile
-
     from streaming.base.util import clean_stale_shared_memory
 
     for attempt in range(3):  # a dying process's resource tracker may unlink a segment under us
