@@ -4,6 +4,7 @@
     rgpt-prep corpus/*.jsonl.zst --text-field content --out data/web --workers 8
     rgpt-prep shards/ 'more/**/*.parquet' --out data/mix --val-fraction 0.01 --overwrite
     rgpt-prep --fetch-vocab                                                # get the GPT-2 vocabulary offline
+    S3_ENDPOINT_URL=http://minio:9000 rgpt-prep corpus/ --out s3://bucket/web   # built locally, uploaded
 
 Inputs are files, directories (walked; recognised extensions only; links to directories inside them
 not followed) and globs (`**` does not descend into links to directories either: a link to its own
@@ -32,7 +33,10 @@ ones make less than one sample of seq_len + 1 tokens (the reason is printed, not
 a link or under a file, an existing non-empty OUT without --overwrite or (with it) one that is not an
 rgpt-prep dataset, and an existing OUT.partial (or .OUT.old) that rgpt-prep did not make: rgpt-prep
 never deletes a directory it cannot prove it created, and names it instead; and another rgpt-prep run
-writing the same OUT (it holds the lock file .OUT.lock beside OUT, which the message names).
+writing the same OUT (it holds the lock file .OUT.lock beside OUT, which the message names). With a
+remote --out (data_prep/remote.py), also: a URI with credentials or a query in it, a bucket or
+endpoint that does not answer, a prefix that already holds a dataset without --overwrite, and an
+upload that failed (the file and the endpoint named; the local build kept).
 """
 from __future__ import annotations
 
@@ -40,14 +44,21 @@ import argparse
 import sys
 from pathlib import Path
 
+from data_prep.output import is_dataset
 from data_prep.pipeline import PrepOptions, run
+from data_prep.remote import RemoteOutputError, check_remote_out, local_build_dir, upload
+from rgpt_dist.data.uri import is_remote
 from rgpt_dist.data.tokenizer import VocabularyUnavailable, fetch_vocab
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rgpt-prep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("inputs", nargs="*", help="files, directories, globs, or python-stdlib")
-    p.add_argument("--out", type=Path, help="output dataset directory (created; must not exist or be empty, or be an rgpt-prep dataset replaced with --overwrite)")
+    p.add_argument("--out", help="output dataset directory (created; must not exist or be empty, or be an rgpt-prep "
+                   "dataset replaced with --overwrite), or s3://BUCKET/PREFIX (built locally, then uploaded; "
+                   "endpoint from S3_ENDPOINT_URL, credentials from the AWS environment)")
+    p.add_argument("--local", default=None, help="with a remote --out: build here and keep it (default: a private "
+                   "cache directory, removed after the upload)")
     p.add_argument("--seq-len", type=int, default=1024, help="tokens per training sequence; samples hold seq_len + 1 (default 1024)")
     p.add_argument("--val-fraction", type=float, default=0.005, help="fraction of documents in the validation split, by content hash (default 0.005)")
     p.add_argument("--text-field", default="text", help="JSONL field / Parquet column holding the text (default text)")
@@ -90,13 +101,21 @@ def main(argv: list[str] | None = None) -> int:
             (args.shard_mb <= 0, f"--shard-mb={args.shard_mb} must be > 0")) if bad]
         if problems:
             p.error("; ".join(problems))
-        opts = PrepOptions(inputs=args.inputs, out=args.out, seq_len=args.seq_len, val_fraction=args.val_fraction,
+        remote = args.out if is_remote(args.out) else None
+        out = local_build_dir(remote, args.local) if remote else Path(args.out)
+        if remote:
+            check_remote_out(remote, args.overwrite)
+        opts = PrepOptions(inputs=args.inputs, out=out, seq_len=args.seq_len, val_fraction=args.val_fraction,
                            text_field=args.text_field, max_doc_mb=args.max_doc_mb,
                            max_row_group_mb=args.max_row_group_mb, part_mb=args.part_mb,
                            shard_mb=args.shard_mb, compression=args.compression, vocab=args.vocab,
-                           workers=args.workers, overwrite=args.overwrite, resume=args.resume, progress=args.progress)
-        return run(opts)
-    except VocabularyUnavailable as e:
+                           workers=args.workers, overwrite=args.overwrite or bool(remote and is_dataset(out)),
+                           resume=args.resume, progress=args.progress)
+        status = run(opts)
+        if status == 0 and remote:
+            upload(out, remote, remove_local=args.local is None)
+        return status
+    except (VocabularyUnavailable, RemoteOutputError) as e:
         print(f"rgpt-prep: {e}", file=sys.stderr)
         return 2
 

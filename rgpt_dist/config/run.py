@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Literal
 
 from rgpt_dist.config.base import Section, out_of_bounds
@@ -38,6 +39,18 @@ class DataConfig(Section):
     cache_dir: str = ""
     """Local cache for remote URIs (default: a private per-user directory, $TMPDIR/rgpt-cache-UID/streaming;
     a directory given here must be this user's, mode 0700)."""
+    download_retry: int = 2
+    """Remote URIs: attempts at each shard download (streaming's download_retry, the total; each has
+    botocore's own retries; 1, 2, 4 ... s apart) before the run stops and asks to be requeued;
+    1 <= n <= 100."""
+    download_timeout_s: float = 60.0
+    """Remote URIs: seconds one shard download may take before it counts as failed (> 0)."""
+    predownload: int = 0
+    """Remote URIs: samples per rank downloaded ahead of the one being read (0: streaming's default,
+    8 x the micro-batch)."""
+    cache_limit: str = ""
+    """Remote URIs: the most the cache may hold, e.g. "20gb" (streaming evicts the coldest shards
+    beyond it; "" = no limit). At least the largest shard, or the run is refused at start."""
     task: str = ""
     """An algorithmic task of the RLT paper to train on (rgpt_dist.algorithmic.TASKS: parity,
     s5_standard, s5_swaps, mod5_flat, mod5_brackets, addition; rgpt_dist.data.algorithmic) or a
@@ -71,6 +84,15 @@ class DataConfig(Section):
         elif not self.paths:
             out.append(f"{path}.paths is empty: give at least one rgpt-prep output (or {path}.task)")
         out += out_of_bounds(path, ">=", 1, num_canonical_nodes=self.num_canonical_nodes)
+        out += out_of_bounds(path, ">=", 1, download_retry=self.download_retry)
+        out += out_of_bounds(path, ">=", 0, predownload=self.predownload)
+        out += out_of_bounds(path, "<=", 100, download_retry=self.download_retry)
+        out += out_of_bounds(path, ">", 0, download_timeout_s=self.download_timeout_s)
+        if self.cache_limit and not re.fullmatch(r"[0-9]+(\.[0-9]+)?[kmgt]?b?", self.cache_limit.lower()):
+            out.append(f"{path}.cache_limit={self.cache_limit!r} is not a size like 500mb or 20gb")
+        from rgpt_dist.data.uri import uri_problem  # no torch: configs stay torch-free
+        out += [f"{path}.paths[{i}]={p!r}: {problem}" for i, p in enumerate(self.paths if not self.task else [])
+                if (problem := uri_problem(p))]
         out += out_of_bounds(path, "<=", MAX_WORKERS, num_workers=self.num_workers)
         return out + out_of_bounds(path, ">=", 0, num_workers=self.num_workers)
 

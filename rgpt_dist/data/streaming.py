@@ -27,18 +27,68 @@ import torch.distributed as dist
 from rgpt_dist.data.cache import cache_dir as private_cache
 from rgpt_dist.data.index import DatasetError, check_split
 from rgpt_dist.data.mds import import_streaming
+from rgpt_dist.data.uri import RemoteDataError, endpoint, is_remote, uri_problem
+from rgpt_dist.data.verify import check_shard_data, map_file
 
 streaming = import_streaming()
+from streaming.base.dataset import _ShardState as ShardState  # noqa: E402  (private: the shard states' enum)
 
 
 class SafeStream(streaming.Stream):
     """A Stream whose index (downloaded, for a remote one) is checked before any shard is fetched,
-    decompressed or read."""
+    decompressed or read, and, for a remote one, whose shards are checked as they arrive in the
+    cache and when a run finds them there (rgpt_dist.data.verify: offsets, token ids below
+    `vocab_size`), before streaming reads them. A download that still fails after streaming's
+    retries becomes a RemoteDataError naming the shard and the endpoint."""
+
+    vocab_size: int | None = None  # set by token_dataset: the token-id bound of the shard check
+    failure: BaseException | None = None  # the first error of a shard download (in any thread)
 
     def get_shards(self, world, allow_unsafe_types: bool):  # type: ignore[override]
         shards = super().get_shards(world, allow_unsafe_types=False)  # reads index.json only
         check_split(Path(self.local) / (self.split or ""), local=self.remote is None)
         return shards
+
+    def _raw(self, shard) -> Path:
+        return Path(self.local) / (self.split or "") / shard.file_pairs[0][0].basename
+
+    def _check_cached(self, shard, i: int | None = None) -> None:
+        """A downloaded shard as streaming will read it; a bad one is removed from the cache (a
+        rerun fetches it again) and refused with its URI."""
+        raw = self._raw(shard)
+        where = f"{self.remote}/{raw.name} (cached as {raw}{'' if i is None else f', shard {i}'})"
+        try:
+            check_shard_data(map_file(raw), shard.samples, shard.column_sizes[0] // 2, self.vocab_size, where)
+        except DatasetError:
+            raw.unlink(missing_ok=True)
+            raise
+
+    def set_up_local(self, shards, cache_usage_per_shard) -> None:  # type: ignore[override]
+        super().set_up_local(shards, cache_usage_per_shard)
+        if self.remote is None:
+            return  # a local split was checked whole by the preflight
+        for i, shard in enumerate(shards):
+            if cache_usage_per_shard[i] and self._raw(shard).is_file():
+                self._check_cached(shard, i)
+
+    def prepare_shard(self, shard) -> int:  # type: ignore[override]
+        if self.remote is None:
+            return super().prepare_shard(shard)
+        try:
+            delta = super().prepare_shard(shard)  # download (streaming's retries), decompress
+        except Exception as e:
+            name = shard.file_pairs[0][1 if shard.compression else 0].basename
+            err = RemoteDataError(f"could not fetch {self.remote}/{name} from {endpoint(self.remote)} "
+                                  f"({self.download_retry} attempts, {self.download_timeout:g} s each): "
+                                  f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
+            self.failure = self.failure or err
+            raise err from e
+        try:
+            self._check_cached(shard)
+        except DatasetError as e:
+            self.failure = self.failure or e
+            raise
+        return delta
 
 
 class TokenDataset(streaming.StreamingDataset):
@@ -48,15 +98,57 @@ class TokenDataset(streaming.StreamingDataset):
         tokens = torch.from_numpy(np.asarray(super().__getitem__(idx)["tokens"], dtype=np.int64))
         return tokens[:-1], tokens[1:]
 
+    def __iter__(self):  # type: ignore[override]
+        """streaming's iteration, raising a failed download as itself. streaming's download thread
+        failing ends the epoch early without an error (the next epoch raises 'Background thread
+        failed. Check other traceback.'): a short epoch is never taken for a whole one here."""
+        try:
+            yield from super().__iter__()
+        except Exception as e:
+            failure = self._failure()
+            if failure is None or failure is e:
+                raise
+            raise failure from e
+        if (failure := self._failure()) is not None:
+            raise failure
 
-def _stream(root: str, split: str, cache_dir: str | None) -> Any:
+    # streaming's download threads skip their exit note when they fail, and the next epoch's start
+    # waits for that note forever: give it, then fail as before
+    def _prepare_thread(self, it) -> None:  # type: ignore[override]
+        try:
+            super()._prepare_thread(it)
+        except BaseException:
+            it.on_exit()
+            raise
+
+    def _ready_thread(self, it) -> None:  # type: ignore[override]
+        try:
+            super()._ready_thread(it)
+        except BaseException:
+            it.on_exit()
+            raise
+
+    def _failure(self) -> BaseException | None:
+        return next((s.failure for s in self.streams if getattr(s, "failure", None)), None)
+
+    def prepare_shard(self, shard_id: int, blocking: bool = True) -> None:  # type: ignore[override]
+        try:
+            super().prepare_shard(shard_id, blocking)
+        except BaseException:
+            # the shard stays PREPARING otherwise, and a reader waiting for it would wait forever
+            self._shard_states[shard_id] = ShardState.REMOTE
+            raise
+
+
+def _stream(root: str, split: str, cache_dir: str | None, download_retry: int, download_timeout: float) -> Any:
     """A local dataset directory, or a remote URI (s3://, gs://, ...) cached in a private directory
     (cache_dir, or a per-user one under the temp directory)."""
-    if "://" in root:
-        if ".." in Path(root.split("://", 1)[1]).parts:
-            raise DatasetError(f"{root}: a dataset URI with `..` would be cached outside the cache directory")
+    if is_remote(root):
+        if problem := uri_problem(root):
+            raise DatasetError(f"{root}: {problem}")
         local = private_cache("streaming", cache_dir) / root.replace("://", "/") / split
-        return SafeStream(remote=f"{root.rstrip('/')}/{split}", local=str(local))
+        return SafeStream(remote=f"{root.rstrip('/')}/{split}", local=str(local), download_retry=download_retry,
+                          download_timeout=download_timeout)
     path = Path(root) / split
     shards = check_split(path)
     if not sum(s["samples"] for s in shards):
@@ -65,16 +157,37 @@ def _stream(root: str, split: str, cache_dir: str | None) -> Any:
     return SafeStream(local=str(path))
 
 
+def fetch_index(root: str, split: str, timeout: float) -> list[dict[str, Any]]:
+    """The checked shard records of a remote split's index.json, fetched into a temporary directory:
+    the preflight of a remote dataset (its shards are checked as they arrive: SafeStream)."""
+    from streaming.base.storage import CloudDownloader
+
+    uri = f"{root.rstrip('/')}/{split}/index.json"
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(tmp) / split / "index.json"
+        try:
+            CloudDownloader.direct_download(uri, str(local), timeout)
+        except Exception as e:
+            first = str(e).splitlines()[0][:300] if str(e) else ""
+            raise RemoteDataError(f"could not fetch {uri} from {endpoint(uri)}: {type(e).__name__}: {first}") from e
+        return check_split(local.parent, local=False)
+
+
 def token_dataset(roots: str | list[str], split: str = "train", *, batch_size: int, shuffle: bool = True,
                   seed: int = 1337, cache_dir: str | None = None, num_canonical_nodes: int | None = None,
+                  vocab_size: int | None = None, download_retry: int = 2, download_timeout: float = 60.0,
                   **kwargs: Any) -> TokenDataset:
     """A dataset over one or more rgpt-prep outputs (their `split` subdirectories).
 
     batch_size is the per-rank micro-batch (streaming needs it for exact resumption);
-    num_canonical_nodes fixes the global sample order independently of the number of ranks.
+    num_canonical_nodes fixes the global sample order independently of the number of ranks;
+    vocab_size bounds the token ids of remote shards as they arrive (a local split is checked by the
+    trainer's preflight); kwargs go to StreamingDataset (replication, predownload, cache_limit).
     """
     roots = [roots] if isinstance(roots, (str, Path)) else list(roots)
-    streams = [_stream(str(r), split, cache_dir) for r in roots]
+    streams = [_stream(str(r), split, cache_dir, download_retry, download_timeout) for r in roots]
+    for stream in streams:
+        stream.vocab_size = vocab_size
     with host_registration_lock():
         return TokenDataset(streams=streams, batch_size=batch_size, shuffle=shuffle, shuffle_seed=seed,
                             num_canonical_nodes=num_canonical_nodes or 1, **kwargs)

@@ -50,6 +50,8 @@ class Diagnosis:
     stalled: list[str]
     failed: list[str]
     error: str
+    what: str = "a collective failed"  # what this rank saw
+    reason: str = "peer lost"  # RUN_DIR/interrupted.json's reason
 
     @property
     def lost(self) -> bool:
@@ -57,7 +59,7 @@ class Diagnosis:
         return not self.failed
 
     def message(self, rank: int, step: int) -> str:
-        return (f"a collective failed on rank {rank} ({node_name()}, pid {os.getpid()}) at step {step}: "
+        return (f"{self.what} on rank {rank} ({node_name()}, pid {os.getpid()}) at step {step}: "
                 f"{'; '.join(self.failed or self.stalled)} ({self.error})")
 
 
@@ -114,12 +116,14 @@ class Heartbeat:
             out[rank] = json.loads(self.store.get(name)) if self.store.check([name]) else None
         return out
 
-    def report_failure(self, error: BaseException) -> None:
+    def report_failure(self, error: BaseException, requeue: bool = False) -> None:
         """Before this rank exits on an error of its own: tell the peers, whose collectives then fail
-        too, that the job failed here rather than lost a node (best effort: the store may be gone)."""
+        too, that the job failed here rather than lost a node (best effort: the store may be gone).
+        With `requeue` the error is the infrastructure's (object storage that does not answer): the
+        peers stop as for a lost node, and the job is requeued."""
         try:
             self.store.set(FAILED.format(attempt=self.attempt, rank=self.rank), json.dumps(
-                {"node": node_name(), "pid": os.getpid(), "error": _first_line(error)}))
+                {"node": node_name(), "pid": os.getpid(), "error": _first_line(error), "requeue": requeue}))
         except Exception:
             pass
 
@@ -138,7 +142,9 @@ class Heartbeat:
         stalled, failed = [], []
         for rank in range(self.world):
             old, new, fail = before[rank], after[rank], failures[rank]
-            if fail is not None:
+            if fail is not None and fail.get("requeue"):
+                stalled.append(f"rank {rank} (node {fail['node']}, pid {fail['pid']}) stopped first: {fail['error']}")
+            elif fail is not None:
                 failed.append(f"rank {rank} (node {fail['node']}, pid {fail['pid']}) failed first: {fail['error']}")
             elif rank == self.rank:
                 continue

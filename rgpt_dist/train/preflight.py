@@ -25,9 +25,9 @@ def preflight(cfg: Config, world_size: int) -> list[str]:
         from rgpt_dist.data.suites import validation_problem
         out += validation_problem(cfg, dp)
     for i, root in enumerate([] if cfg.data.task else cfg.data.paths):
-        if "://" not in root:
-            out += [f"data.paths[{i}]={root!r}: {problem}"
-                    for problem in _split_problems(Path(root), splits, t.seq_len, cfg.model.vocab_size)]
+        problems = _remote_problems(root, splits, t.seq_len, cfg.data.download_timeout_s) if "://" in root \
+            else _split_problems(Path(root), splits, t.seq_len, cfg.model.vocab_size)
+        out += [f"data.paths[{i}]={root!r}: {problem}" for problem in problems]
     run_dir = Path(cfg.log.run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         out.append(f"log.run_dir={cfg.log.run_dir!r} exists and is not a directory")
@@ -39,12 +39,38 @@ def preflight(cfg: Config, world_size: int) -> list[str]:
     return out
 
 
+def _seq_len_problem(split: str, shards: list[dict], seq_len: int) -> str | None:
+    lengths = {s["column_sizes"][0] // 2 - 1 for s in shards}
+    if lengths and lengths != {seq_len}:
+        return f"{split} holds samples of seq_len {sorted(lengths)[0]}, but train.seq_len={seq_len}"
+    return None
+
+
+def _remote_problems(root: str, splits: list[str], seq_len: int, timeout: float) -> list[str]:
+    """Each split's index fetched from object storage and checked as the loader will, and its
+    sample length against train.seq_len: an endpoint that does not answer, a wrong prefix or another
+    sequence length is refused before the run starts. The shards themselves are checked as the
+    cache receives them (rgpt_dist.data.streaming.SafeStream)."""
+    from rgpt_dist.data.index import DatasetError
+    from rgpt_dist.data.streaming import fetch_index
+    from rgpt_dist.data.uri import RemoteDataError
+
+    out = []
+    for split in splits:
+        try:
+            problem = _seq_len_problem(split, fetch_index(root, split, timeout), seq_len)
+        except (DatasetError, RemoteDataError) as e:
+            problem = str(e)
+        out += [problem] if problem else []
+    return out
+
+
 def _split_problems(root: Path, splits: list[str], seq_len: int, vocab_size: int) -> list[str]:
     """Each split's index checked as the loader will (rgpt_dist.data.index: token columns only,
     shard files inside the split), its sample length against train.seq_len, and its shard files
     (rgpt_dist.data.verify: offsets inside the file, every token id below model.vocab_size; this
     reads the whole dataset once per rank, from the page cache after the first: see that module for
-    the cost). A remote dataset is not read here: its shards arrive during training."""
+    the cost). A remote dataset's are checked as they arrive: _remote_problems."""
     from rgpt_dist.data.index import DatasetError, check_split
     from rgpt_dist.data.verify import check_split_data
 
@@ -58,9 +84,8 @@ def _split_problems(root: Path, splits: list[str], seq_len: int, vocab_size: int
         except DatasetError as e:
             out.append(str(e))
             continue
-        lengths = {s["column_sizes"][0] // 2 - 1 for s in shards}
-        if lengths and lengths != {seq_len}:
-            out.append(f"{split} holds samples of seq_len {sorted(lengths)[0]}, but train.seq_len={seq_len}")
+        if problem := _seq_len_problem(split, shards, seq_len):
+            out.append(problem)
             continue
         try:
             check_split_data(root / split, shards, vocab_size)

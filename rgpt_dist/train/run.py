@@ -11,6 +11,7 @@ import torch
 
 from rgpt_dist.config.experiment import Config
 from rgpt_dist.data.streaming import token_dataset, token_loader
+from rgpt_dist.data.uri import RemoteDataError
 from rgpt_dist.durable import atomic_create_text, atomic_write_text
 from rgpt_dist.models.layers import LayerFactory
 from rgpt_dist.models.spec import spec_for
@@ -42,7 +43,10 @@ def _loaders(cfg: Config, dims: ParallelDims):
         from rgpt_dist.data.suites import task_loaders
         return task_loaders(cfg, dims.dp, dims.dp_rank)
     common = dict(batch_size=t.micro_batch_size, seed=t.seed, num_canonical_nodes=d.num_canonical_nodes,
-                  cache_dir=d.cache_dir or None, replication=dims.tp if dims.tp > 1 else None)
+                  cache_dir=d.cache_dir or None, replication=dims.tp if dims.tp > 1 else None,
+                  vocab_size=cfg.model.vocab_size, download_retry=d.download_retry,
+                  download_timeout=d.download_timeout_s, predownload=d.predownload or None,
+                  cache_limit=d.cache_limit or None)
     train = token_loader(token_dataset(d.paths, d.train_split, shuffle=d.shuffle, **common), t.micro_batch_size,
                          d.num_workers)
     val = []
@@ -165,6 +169,11 @@ def _fit(trainer: Trainer, cfg: Config, dims: ParallelDims, run_dir: Path, heart
         if dims.is_main:
             print(f"train: {e}", file=sys.stderr, flush=True)
         return "save failed" if isinstance(e, SaveFailed) else "refused"
+    except RemoteDataError as e:  # object storage that does not answer: requeue, as for a lost node
+        if heartbeat is not None:
+            heartbeat.report_failure(e, requeue=True)
+        return Diagnosis([str(e)], [], type(e).__name__, what="a shard could not be read",
+                         reason="object storage")
     except Exception as e:  # a collective that failed: a peer lost or stalled, or an error of ours
         lost = heartbeat.diagnose(e) if heartbeat is not None else None
         if lost is not None and lost.lost:
@@ -187,7 +196,7 @@ def _peer_lost(lost: Diagnosis, run_dir: Path, dims: ParallelDims, step: int) ->
     ignore_signals()
     message = lost.message(dims.rank, step)
     try:
-        atomic_create_text(run_dir / INTERRUPTED, json.dumps({"reason": "peer lost", "message": message,
+        atomic_create_text(run_dir / INTERRUPTED, json.dumps({"reason": lost.reason, "message": message,
                                                               "rank": dims.rank, "step": step}) + "\n")
     except OSError as e:
         print(f"train: could not write {run_dir / INTERRUPTED}: {e}", file=sys.stderr, flush=True)
