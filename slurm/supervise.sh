@@ -34,7 +34,7 @@ supervise() {
     (( late != 127 )) && status=$late
     echo "[$(date -Is)] job step finished with status $status"
     if (( status != 0 )) && [[ -n "$marker" && -f "$marker" ]]; then
-        echo "[$(date -Is)] a node or rank was lost mid-run: $(head -c 2000 "$marker")"
+        echo "[$(date -Is)] the run was interrupted (a node or rank lost, or object storage unreachable): $(head -c 2000 "$marker")"
         SIGNALLED=1  # requeue, as for the warning signal
     fi
     if (( SIGNALLED && status != 0 )); then  # stopped early: continue in a new allocation

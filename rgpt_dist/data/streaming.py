@@ -55,8 +55,8 @@ class SafeStream(streaming.Stream):
     def _check_cached(self, shard, i: int | None = None) -> None:
         """A downloaded shard as streaming will read it; a bad one is removed from the cache (a
         rerun fetches it again) and refused with its URI."""
-        raw = self._raw(shard)
-        where = f"{self.remote}/{raw.name} (cached as {raw}{'' if i is None else f', shard {i}'})"
+        raw, name = self._raw(shard), shard.file_pairs[0][0].basename
+        where = f"{self.remote}/{name} (cached as {raw}{'' if i is None else f', shard {i}'})"
         try:
             check_shard_data(map_file(raw), shard.samples, shard.column_sizes[0] // 2, self.vocab_size, where)
         except DatasetError:

@@ -205,7 +205,7 @@ def test_a_lost_node_ends_the_job_which_requeues_and_resumes_bitwise(cluster, da
     assert ("(node n2, pid" in lost["message"] and "stopped answering" in lost["message"]
             or "the rendezvous store at" in lost["message"] and "is lost" in lost["message"]), lost
     assert "(n1, pid" in lost["message"]  # the survivor that reports it
-    assert "a node or rank was lost mid-run" in log and "requeueing job" in log
+    assert "the run was interrupted (a node or rank lost" in log and "requeueing job" in log
     assert took < 30, took  # measured: detection at once (the peer's connection resets) + 2 heartbeats
 
 

@@ -135,11 +135,12 @@ def _kill_after(run_dir, step, cmd, env):
     assert not alive, f"still running after SIGKILL: {alive}"
 
 
-def kill_and_restart(run, kill_at, cmd, restart):
-    """SIGKILL the process group of `cmd` once step `kill_at` is logged; plant stale records after the
-    newest complete checkpoint; `restart()` (returning its stdout) must print that it resumed there.
-    Returns (the step it resumed from, steps logged before the kill)."""
-    _kill_after(run, kill_at, cmd, _env())
+def kill_and_restart(run, kill_at, cmd, restart, env=None):
+    """SIGKILL the process group of `cmd` (its environment: the test's, with `env` added) once step
+    `kill_at` is logged; plant stale records after the newest complete checkpoint; `restart()`
+    (returning its stdout) must print that it resumed there. Returns (the step it resumed from,
+    steps logged before the kill)."""
+    _kill_after(run, kill_at, cmd, {**_env(), **(env or {})})
     logged = len(losses(records(run)))
     resume_at = newest_complete_checkpoint(run)
     plant_stale_records(run, after=resume_at)

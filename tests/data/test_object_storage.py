@@ -1,0 +1,101 @@
+"""Remote datasets at the data layer, against moto's S3 server (tests/helpers/s3.py): the preflight
+fetches each split's index (a dead endpoint, another seq_len: refused before the run starts), shards
+are checked as they arrive in the cache and when a run finds them there, and data.paths never holds
+credentials. Training from object storage: tests/train/test_object_storage.py."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rgpt_dist.data.index import DatasetError
+from tests.helpers.s3 import S3Server
+
+BUCKET = "rgpt-data-test"
+
+
+@pytest.fixture(scope="module")
+def s3(dataset, tmp_path_factory):
+    """The session's dataset at s3://rgpt-data-test/ds, and at .../bad with one out-of-vocabulary
+    token id in its training shard (the index untouched: only reading the shard can tell)."""
+    server = S3Server().start()
+    bad = tmp_path_factory.mktemp("bad") / "ds"
+    shutil.copytree(dataset, bad)
+    shard = next((bad / "train").rglob("*.mds"))
+    data = np.memmap(shard, np.uint8, mode="r+")
+    start = int(data[4:8].view(np.uint32)[0])  # sample 0's first byte (verify.py: the MDS layout)
+    data[start + 2 * 5:start + 2 * 6].view(np.uint16)[0] = 65535  # sample 0, position 5
+    data.flush()
+    del data
+    server.put_tree(dataset, BUCKET, "ds")
+    server.put_tree(bad, BUCKET, "bad")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def remote_env(s3, monkeypatch, tmp_path):
+    for key, value in s3.env().items():
+        monkeypatch.setenv(key, value)
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    return cache
+
+
+def _read_all(uri: str, cache: Path) -> int:
+    from rgpt_dist.data.streaming import token_dataset, token_loader
+    ds = token_dataset(uri, "train", batch_size=4, cache_dir=str(cache), vocab_size=50257, download_retry=1,
+                       download_timeout=5)
+    return sum(1 for _ in token_loader(ds, 4))
+
+
+def test_a_shard_with_a_token_outside_the_vocabulary_is_refused_as_it_arrives(s3, remote_env):
+    with pytest.raises(DatasetError, match=r"s3://rgpt-data-test/bad/train/part-00000/shard\.00000\.mds \(cached as .*\): "
+                       r"sample 0 holds token id 65535 \(position 5\)"):
+        _read_all(f"s3://{BUCKET}/bad", remote_env)
+    assert not list(remote_env.rglob("*.mds")), "the refused shard stayed in the cache"
+
+
+def test_a_cached_shard_damaged_after_its_download_is_refused_before_it_is_read(s3, remote_env):
+    assert _read_all(f"s3://{BUCKET}/ds", remote_env) > 0
+    shard = next(remote_env.rglob("*.mds"))
+    with open(shard, "r+b") as fh:  # the sample count of the offsets table: the layout no longer matches
+        fh.write(np.uint32(7).tobytes())
+    with pytest.raises(DatasetError, match=r"the file holds 7 samples"):
+        _read_all(f"s3://{BUCKET}/ds", remote_env)
+    assert not shard.exists()
+    assert _read_all(f"s3://{BUCKET}/ds", remote_env) > 0  # fetched again, whole
+
+
+def test_the_preflight_fetches_the_index_and_refuses_a_dead_endpoint_or_another_seq_len(s3, remote_env, monkeypatch):
+    from rgpt_dist.train.preflight import _remote_problems
+    uri = f"s3://{BUCKET}/ds"
+    assert _remote_problems(uri, ["train", "val"], 32, 5) == []
+    assert _remote_problems(uri, ["train"], 64, 5) == ["train holds samples of seq_len 32, but train.seq_len=64"]
+    [missing] = _remote_problems(f"s3://{BUCKET}/nothing-here", ["train"], 32, 5)
+    assert f"s3://{BUCKET}/nothing-here/train/index.json" in missing
+    dead = S3Server()  # a free port nobody listens on
+    monkeypatch.setenv("S3_ENDPOINT_URL", dead.url)
+    [problem] = _remote_problems(uri, ["train"], 32, 5)
+    assert f"could not fetch {uri}/train/index.json from {dead.url}" in problem
+
+
+@pytest.mark.parametrize("path, reason", [
+    ("s3://AKIAXXXX:secret@bucket/ds", "credentials in config.yaml"),
+    ("s3://bucket/ds?X-Amz-Signature=abc", "credentials in config.yaml"),
+    ("ftp://bucket/ds", "not one streaming reads"),
+    ("s3:///ds", "no bucket"),
+    ("s3://bucket/../ds", "cached outside"),
+])
+def test_a_dataset_uri_that_would_record_credentials_or_escape_the_cache_is_refused(path, reason):
+    from rgpt_dist.config.run import DataConfig
+    problems = DataConfig(paths=[path]).problems("data")
+    assert len(problems) == 1 and problems[0].startswith(f"data.paths[0]={path!r}: ") and reason in problems[0]
+
+
+def test_an_endpoint_shown_in_a_message_loses_its_password():
+    from rgpt_dist.data.uri import shown
+    assert shown("http://user:pw@minio:9000") == "http://***@minio:9000"
+    assert shown("http://minio:9000") == "http://minio:9000"
