@@ -6,7 +6,10 @@ environment that torchrun and deepspeed set); the loader's `state_dict()` / `loa
 resume mid-epoch exactly. What holds when resuming on a different number of ranks is documented in
 docs/data.md. Every index is checked before a shard is read (rgpt_dist.data.index: token columns only,
 shard names inside the split directory); remote datasets are cached in a private per-user directory
-(rgpt_dist.data.cache).
+(rgpt_dist.data.cache), their shards checked as they arrive (SafeStream), and a download that fails
+after streaming's retries raises RemoteDataError (rgpt_dist.data.uri) instead of streaming's silent
+short epoch. Opening a dataset takes a host-wide lock around streaming's shared-memory
+registration (host_registration_lock).
 """
 from __future__ import annotations
 

@@ -33,6 +33,7 @@ from rgpt_dist.train.checkpoint import CheckpointManager
 from rgpt_dist.train.metrics import MetricsSink, peak_flops
 from rgpt_dist.train.optim import global_grad_norm
 from rgpt_dist.train.preemption import StopRequested
+from rgpt_dist.train.sample_log import SampleLog
 
 
 class NonFiniteError(RuntimeError):
@@ -89,6 +90,8 @@ class Trainer:
         # which drops the norm, and our AdamW computes none, so the trainer computes it (own_norm)
         self.own_norm = cfg.parallel.zero_stage == 0 and cfg.parallel.dtype != "bf16"
         self._data: Iterator | None = None
+        # RGPT_SAMPLE_LOG: the data stream's audit trail, from one rank per replica (tp peers read the same samples)
+        self.sample_log = SampleLog.from_env(dims.rank) if dims.rank % dims.tp == 0 else None
         self.best: dict[str, Any] | None = None  # checkpoint.keep_best: {"step", "val_loss"} of the best evaluation
         self._universal: dict | None = None  # client_state's tp slicing, made once
 
@@ -169,6 +172,8 @@ class Trainer:
         losses, stats = [], []
         for micro, r in enumerate(depths):
             x, y = (t.to(self.engine.device, non_blocking=True) for t in next(self._data))
+            if self.sample_log is not None:
+                self.sample_log.record(step + 1, x)
             out = self.engine(x, y, r=r, noise_key=NoiseKey(cfg.train.seed, step, micro, self.dims.dp_rank),
                               stats=True)
             loss = out.loss + out.aux.get("aux_loss", 0.0)

@@ -1,9 +1,10 @@
 """Resuming on another layout (rgpt_dist/parallel/universal.py): a run checkpointed at step 4 of 8 at
 one (ZeRO stage, tp, data-parallel size) resumes at another through DeepSpeed's universal checkpoint,
 as a requeue onto fewer or more nodes does. The global batch stays 8 sequences (the accumulation
-adapts), the data stream continues at the next global sample (streaming's elastic resumption:
-tests/data/test_streaming.py checks the sample ids; here a skipped or repeated sample would move a
-loss by ~1e-2), and steps 5-8 follow an uninterrupted run at the new layout to within the error that
+adapts), the data stream continues at the next global sample (streaming's elastic resumption,
+checked by sample ids: every run logs a hash of each sequence it trains on, RGPT_SAMPLE_LOG, and
+each of steps 5-8 after the change trains on exactly the sequences the uninterrupted runs at either
+layout train on at that step), and steps 5-8 follow an uninterrupted run at the new layout to within the error that
 changing the layout alone causes: |converted - new| <= (4 r + 4 eps32) |new|, where r is the largest
 relative difference between uninterrupted runs at the two layouts over the run (in bf16 it swings
 from step to step: 3.6e-4 at step 1, 1.6e-7 at step 8), and the final fp32 weights likewise
@@ -16,6 +17,7 @@ import pytest
 import torch
 
 from rgpt_dist.export.consolidate import consolidate
+from rgpt_dist.train.sample_log import ENV, read_sample_log
 from tests.helpers.dist import torchrun
 from tests.helpers.runs import COMMON, QUICKSTART, launch, records
 from tests.helpers.tolerance import EPS32
@@ -26,7 +28,8 @@ RUN = ["model.sigma_x=0", "model.sigma_g=0", "train.max_steps=8", "eval.every_st
        "model.pad_vocab_multiple=256"]
 # (ZeRO stage, ranks, tp[, dtype]) before -> after; fp32 unless named (bf16: DeepSpeed's bf16 optimizer,
 # the grid's precision, whose partitions are bf16_zero_pp_rank_* files)
-CASES = {"zero2-dp2-to-dp1": ((2, 2, 1), (2, 1, 1)), "zero1-dp2-to-dp4": ((1, 2, 1), (1, 4, 1)),
+CASES = {"zero1-dp2-to-dp1": ((1, 2, 1), (1, 1, 1)), "zero1-dp2-to-dp4": ((1, 2, 1), (1, 4, 1)),
+         "zero2-dp2-to-dp1": ((2, 2, 1), (2, 1, 1)), "zero2-dp2-to-dp4": ((2, 2, 1), (2, 4, 1)),
          "zero3-dp2-to-dp4": ((3, 2, 1), (3, 4, 1)), "zero3-dp2-to-dp1": ((3, 2, 1), (3, 1, 1)),
          "zero2-tp2-to-tp1": ((2, 2, 2), (2, 1, 1)), "zero2-bf16-dp2-to-dp1": ((2, 2, 1, "bf16"), (2, 1, 1, "bf16"))}
 
@@ -43,7 +46,7 @@ def uninterrupted(dataset, tmp_path_factory):
     def get(stage: int, ranks: int, tp: int, dtype: str = "fp32"):
         if (stage, ranks, tp, dtype) not in made:
             run = tmp_path_factory.mktemp(f"z{stage}-n{ranks}-tp{tp}-{dtype}")
-            launch(ranks, run, dataset, *RUN, *layout(stage, tp, dtype))
+            launch(ranks, run, dataset, *RUN, *layout(stage, tp, dtype), env={ENV: str(run / "samples")})
             made[stage, ranks, tp, dtype] = run
         return made[stage, ranks, tp, dtype]
     return get
@@ -59,7 +62,7 @@ def test_a_checkpoint_resumes_at_another_layout(case, uninterrupted, dataset, tm
     old, new = uninterrupted(s0, n0, tp0, *dtype), uninterrupted(s1, n1, tp1, *dtype)
     run = tmp_path / "run"  # the old run as a requeue finds it after step 4: its checkpoint of step 4
     shutil.copytree(old, run, ignore=shutil.ignore_patterns("step_00000008", "wandb"))
-    stdout = launch(n1, run, dataset, *RUN, *layout(s1, tp1, *dtype))
+    stdout = launch(n1, run, dataset, *RUN, *layout(s1, tp1, *dtype), env={ENV: str(tmp_path / "samples")})
     before = f"ZeRO-{s0}, tp = {tp0}, dp = {n0 // tp0}"
     after = f"ZeRO-{s1}, tp = {tp1}, dp = {n1 // tp1}"
     assert f"converted step_00000004 ({before} -> {after}) through DeepSpeed's universal checkpoint" in stdout
@@ -68,6 +71,10 @@ def test_a_checkpoint_resumes_at_another_layout(case, uninterrupted, dataset, tm
     assert sorted(got) == list(range(1, 9))  # every step once
     assert all(got[s] == a[s] for s in range(1, 5))  # the old layout's records up to its checkpoint
     assert [got[s]["tokens"] for s in got] == [b[s]["tokens"] for s in b]  # the same global batches
+    ids, ids_old, ids_new = (read_sample_log(d / "samples") for d in (tmp_path, old, new))
+    assert sorted(ids) == [5, 6, 7, 8]  # the resumed run trained steps 5-8 only
+    for s in range(5, 9):  # 8 sequences a step: the next global samples, none skipped or repeated
+        assert len(ids[s]) == 8 and sorted(ids[s]) == sorted(ids_old[s]) == sorted(ids_new[s]), (case, s)
     for key in ("loss", "grad_norm"):  # the layouts' own relative difference, its largest over the run
         reorder = max(abs(a[s][key] - b[s][key]) / abs(b[s][key]) for s in b)
         for s in range(5, 9):
