@@ -149,7 +149,7 @@ def _stream(root: str, split: str, cache_dir: str | None, download_retry: int, d
     if is_remote(root):
         if problem := uri_problem(root):
             raise DatasetError(f"{root}: {problem}")
-        local = private_cache("streaming", cache_dir) / root.replace("://", "/") / split
+        local = cached_split(root, split, cache_dir)
         return SafeStream(remote=f"{root.rstrip('/')}/{split}", local=str(local), download_retry=download_retry,
                           download_timeout=download_timeout)
     path = Path(root) / split
@@ -160,9 +160,16 @@ def _stream(root: str, split: str, cache_dir: str | None, download_retry: int, d
     return SafeStream(local=str(path))
 
 
-def fetch_index(root: str, split: str, timeout: float) -> list[dict[str, Any]]:
+def cached_split(root: str, split: str, cache_dir: str | None) -> Path:
+    """Where a remote split is cached: the private cache, then the URI's path."""
+    return private_cache("streaming", cache_dir) / root.replace("://", "/") / split
+
+
+def fetch_index(root: str, split: str, timeout: float, cache_dir: str | None = None) -> list[dict[str, Any]]:
     """The checked shard records of a remote split's index.json, fetched into a temporary directory:
-    the preflight of a remote dataset (its shards are checked as they arrive: SafeStream)."""
+    the preflight of a remote dataset (its shards are checked as they arrive: SafeStream). A cached
+    index that differs from it is refused: the dataset was replaced at its prefix, and the cache's
+    shards, keyed by name, may be the old dataset's."""
     from streaming.base.storage import CloudDownloader
 
     uri = f"{root.rstrip('/')}/{split}/index.json"
@@ -173,7 +180,13 @@ def fetch_index(root: str, split: str, timeout: float) -> list[dict[str, Any]]:
         except Exception as e:
             first = str(e).splitlines()[0][:300] if str(e) else ""
             raise RemoteDataError(f"could not fetch {uri} from {endpoint(uri)}: {type(e).__name__}: {first}") from e
-        return check_split(local.parent, local=False)
+        shards = check_split(local.parent, local=False)
+        cached = cached_split(root, split, cache_dir)
+        if (cached / "index.json").is_file() and (cached / "index.json").read_bytes() != local.read_bytes():
+            raise DatasetError(f"{cached}: the cache holds another version of {root.rstrip('/')}/{split} (the "
+                               f"dataset was replaced at its prefix): remove {cached}, or give data.cache_dir "
+                               "a fresh directory")
+        return shards
 
 
 def token_dataset(roots: str | list[str], split: str = "train", *, batch_size: int, shuffle: bool = True,

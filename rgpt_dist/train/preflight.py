@@ -25,7 +25,7 @@ def preflight(cfg: Config, world_size: int) -> list[str]:
         from rgpt_dist.data.suites import validation_problem
         out += validation_problem(cfg, dp)
     for i, root in enumerate([] if cfg.data.task else cfg.data.paths):
-        problems = _remote_problems(root, splits, t.seq_len, cfg.data.download_timeout_s) if "://" in root \
+        problems = _remote_problems(root, splits, t.seq_len, cfg.data) if "://" in root \
             else _split_problems(Path(root), splits, t.seq_len, cfg.model.vocab_size)
         out += [f"data.paths[{i}]={root!r}: {problem}" for problem in problems]
     run_dir = Path(cfg.log.run_dir)
@@ -46,11 +46,12 @@ def _seq_len_problem(split: str, shards: list[dict], seq_len: int) -> str | None
     return None
 
 
-def _remote_problems(root: str, splits: list[str], seq_len: int, timeout: float) -> list[str]:
+def _remote_problems(root: str, splits: list[str], seq_len: int, data) -> list[str]:
     """Each split's index fetched from object storage and checked as the loader will, and its
-    sample length against train.seq_len: an endpoint that does not answer, a wrong prefix or another
-    sequence length is refused before the run starts. The shards themselves are checked as the
-    cache receives them (rgpt_dist.data.streaming.SafeStream)."""
+    sample length against train.seq_len: an endpoint that does not answer, a wrong prefix, another
+    sequence length or a cache holding another version of the dataset is refused before the run
+    starts. The shards themselves are checked as the cache receives them
+    (rgpt_dist.data.streaming.SafeStream)."""
     from rgpt_dist.data.index import DatasetError
     from rgpt_dist.data.streaming import fetch_index
     from rgpt_dist.data.uri import RemoteDataError
@@ -58,7 +59,8 @@ def _remote_problems(root: str, splits: list[str], seq_len: int, timeout: float)
     out = []
     for split in splits:
         try:
-            problem = _seq_len_problem(split, fetch_index(root, split, timeout), seq_len)
+            shards = fetch_index(root, split, data.download_timeout_s, data.cache_dir or None)
+            problem = _seq_len_problem(split, shards, seq_len)
         except (DatasetError, RemoteDataError) as e:
             problem = str(e)
         out += [problem] if problem else []

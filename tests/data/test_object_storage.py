@@ -69,16 +69,24 @@ def test_a_cached_shard_damaged_after_its_download_is_refused_before_it_is_read(
     assert _read_all(f"s3://{BUCKET}/ds", remote_env) > 0  # fetched again, whole
 
 
-def test_the_preflight_fetches_the_index_and_refuses_a_dead_endpoint_or_another_seq_len(s3, remote_env, monkeypatch):
+def test_the_preflight_fetches_the_index_and_refuses_a_dead_endpoint_another_seq_len_or_a_stale_cache(
+        s3, remote_env, monkeypatch):
+    from rgpt_dist.config.run import DataConfig
     from rgpt_dist.train.preflight import _remote_problems
-    uri = f"s3://{BUCKET}/ds"
-    assert _remote_problems(uri, ["train", "val"], 32, 5) == []
-    assert _remote_problems(uri, ["train"], 64, 5) == ["train holds samples of seq_len 32, but train.seq_len=64"]
-    [missing] = _remote_problems(f"s3://{BUCKET}/nothing-here", ["train"], 32, 5)
+    uri, data = f"s3://{BUCKET}/ds", DataConfig(cache_dir=str(remote_env), download_timeout_s=5)
+    assert _remote_problems(uri, ["train", "val"], 32, data) == []
+    assert _remote_problems(uri, ["train"], 64, data) == ["train holds samples of seq_len 32, but train.seq_len=64"]
+    [missing] = _remote_problems(f"s3://{BUCKET}/nothing-here", ["train"], 32, data)
     assert f"s3://{BUCKET}/nothing-here/train/index.json" in missing
+    assert _read_all(uri, remote_env) > 0  # the cache now holds the index and the shards
+    assert _remote_problems(uri, ["train"], 32, data) == []
+    cached = remote_env / "s3" / BUCKET / "ds" / "train" / "index.json"
+    cached.write_text(cached.read_text().replace('"samples": ', '"samples":  '))  # another version's index
+    [stale] = _remote_problems(uri, ["train"], 32, data)
+    assert stale.startswith(f"{cached.parent}: the cache holds another version of {uri}/train"), stale
     dead = S3Server()  # a free port nobody listens on
     monkeypatch.setenv("S3_ENDPOINT_URL", dead.url)
-    [problem] = _remote_problems(uri, ["train"], 32, 5)
+    [problem] = _remote_problems(uri, ["train"], 32, data)
     assert f"could not fetch {uri}/train/index.json from {dead.url}" in problem
 
 
