@@ -67,12 +67,19 @@ class SafeStream(streaming.Stream):
             raise
 
     def set_up_local(self, shards, cache_usage_per_shard) -> None:  # type: ignore[override]
+        """streaming's inventory of the cache (on each node's local leader), then every cached shard
+        checked: a damaged one (a disk error, a hand edit) is removed and fetched again, checked on
+        arrival, rather than read or refused (the remote copy is the dataset)."""
         super().set_up_local(shards, cache_usage_per_shard)
         if self.remote is None:
             return  # a local split was checked whole by the preflight
         for i, shard in enumerate(shards):
             if cache_usage_per_shard[i] and self._raw(shard).is_file():
-                self._check_cached(shard, i)
+                try:
+                    self._check_cached(shard, i)
+                except DatasetError as e:
+                    print(f"warning: {e}: removed from the cache, fetching it again", file=sys.stderr, flush=True)
+                    cache_usage_per_shard[i] = 0
 
     def prepare_shard(self, shard) -> int:  # type: ignore[override]
         if self.remote is None:
