@@ -122,21 +122,11 @@ class TokenDataset(streaming.StreamingDataset):
         if (failure := self._failure()) is not None:
             raise failure
 
-    # streaming's download threads skip their exit note when they fail, and the next epoch's start
-    # waits for that note forever: give it, then fail as before
     def _prepare_thread(self, it) -> None:  # type: ignore[override]
-        try:
-            super()._prepare_thread(it)
-        except BaseException:
-            it.on_exit()
-            raise
+        _noting_exit(super()._prepare_thread, it)
 
     def _ready_thread(self, it) -> None:  # type: ignore[override]
-        try:
-            super()._ready_thread(it)
-        except BaseException:
-            it.on_exit()
-            raise
+        _noting_exit(super()._ready_thread, it)
 
     def _failure(self) -> BaseException | None:
         return next((s.failure for s in self.streams if getattr(s, "failure", None)), None)
@@ -148,6 +138,16 @@ class TokenDataset(streaming.StreamingDataset):
             # the shard stays PREPARING otherwise, and a reader waiting for it would wait forever
             self._shard_states[shard_id] = ShardState.REMOTE
             raise
+
+
+def _noting_exit(thread_body, it) -> None:
+    """streaming's download threads skip their exit note when they fail, and the next epoch's start
+    waits for that note forever: give it, then fail as before."""
+    try:
+        thread_body(it)
+    except BaseException:
+        it.on_exit()
+        raise
 
 
 def _stream(root: str, split: str, cache_dir: str | None, download_retry: int, download_timeout: float) -> Any:

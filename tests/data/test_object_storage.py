@@ -109,3 +109,42 @@ def test_an_endpoint_shown_in_a_message_loses_its_password():
     from rgpt_dist.data.uri import shown
     assert shown("http://user:pw@minio:9000") == "http://***@minio:9000"
     assert shown("http://minio:9000") == "http://minio:9000"
+
+
+@pytest.mark.timeout(180)
+def test_a_download_failing_mid_epoch_raises_at_once_and_a_new_epoch_raises_too(tmp_path, monkeypatch):
+    """streaming's own behaviour here: the epoch ends early without an error when its download
+    thread fails (a short epoch taken for a whole one), and the next epoch's start waits forever
+    for that thread. Its own server (stopped here), the corpus in 30 shards of 20 KB."""
+    import subprocess
+    import sys
+
+    from rgpt_dist.data.streaming import token_dataset, token_loader
+    from rgpt_dist.data.uri import RemoteDataError
+    from tests.helpers.corpus import CORPUS
+    from tests.helpers.dist import ROOT
+
+    server = S3Server().start()
+    try:
+        for key, value in server.env().items():
+            monkeypatch.setenv(key, value)
+        server.client().create_bucket(Bucket=BUCKET)
+        done = subprocess.run([sys.executable, "-m", "data_prep.cli", str(CORPUS), "--out", f"s3://{BUCKET}/small",
+                               "--seq-len", "32", "--shard-mb", "0.02"], cwd=ROOT, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        cache = tmp_path / "cache"
+        cache.mkdir(mode=0o700)
+        ds = token_dataset(f"s3://{BUCKET}/small", "train", batch_size=4, cache_dir=str(cache), vocab_size=50257,
+                           download_retry=1, download_timeout=5, predownload=4)
+        batches = iter(token_loader(ds, 4))
+        read = [next(batches) for _ in range(3)]
+        server.stop()
+        with pytest.raises(RemoteDataError, match=rf"could not fetch s3://{BUCKET}/small/train/\S+\.mds from "
+                                                  rf"{server.url} \(1 attempts, 5 s each\)"):
+            for batch in batches:
+                read.append(batch)
+        assert len(read) < 2000 // 4, "the epoch was read whole: the server was stopped too late to test anything"
+        with pytest.raises(RemoteDataError):
+            next(iter(token_loader(ds, 4)))
+    finally:
+        server.stop()
