@@ -13,6 +13,7 @@ from rgpt_dist.export.native import load_native
 from rgpt_dist.models.spec import spec_for
 from rgpt_dist.registry import build_model
 from tests.helpers.dist import ROOT
+from tests.helpers.replay import replay
 
 pytestmark = pytest.mark.slow
 
@@ -53,43 +54,6 @@ def test_consolidated_weights_are_what_the_engine_held(runs):
     assert moved > len(module) // 2, "training did not move the weights: the test would be vacuous"
 
 
-def replay(run_dir, dtype=torch.float32):
-    """The run's training steps again in a plain torch loop, without DeepSpeed: the seeded init, AdamW
-    with the run's groups and hyperparameters at lr_at(step), the same micro-batches (the run's
-    loader on one rank) at the same depths and noise keys, the mean loss over the micro-batches,
-    the global norm clipped at train.grad_clip; in `dtype` (float64: the twin that measures what
-    float32 rounding does to these steps). Returns (weights, per-step mean losses)."""
-    from rgpt_dist.depth import step_depths
-    from rgpt_dist.noise import NoiseKey
-    from rgpt_dist.parallel.dims import ParallelDims
-    from rgpt_dist.train.optim import lr_at, param_groups
-    from rgpt_dist.train.run import _loaders
-
-    cfg = load_config(run_dir / "config.yaml")
-    t = cfg.train
-    assert cfg.parallel.tp_size == 1 and cfg.parallel.dtype == "fp32" and cfg.parallel.compile_mode() == "none"
-    model = build_model(cfg.model, seed=t.seed).to(dtype).train()
-    opt = torch.optim.AdamW(param_groups(model, t.weight_decay), lr=t.lr, betas=(t.beta1, t.beta2), eps=1e-8)
-    sampler, accum = spec_for(cfg.model).depth_sampler(cfg.model), t.grad_accum_steps(1)
-    batches = iter(_loaders(cfg, ParallelDims(world=1, tp=1, rank=0, local_rank=0))[0])
-    losses = []
-    for step in range(t.max_steps):
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, t)
-        total = 0.0
-        for micro, r in enumerate(step_depths(sampler, t.seed, step, accum)):
-            x, y = next(batches)
-            out = model(x, y, r=r, noise_key=NoiseKey(t.seed, step, micro, 0))
-            ((out.loss + out.aux.get("aux_loss", 0.0)) / accum).backward()
-            total += out.loss.item() / accum
-        if t.grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(total)
-    return {k: v.detach() for k, v in model.state_dict().items()}, losses
-
-
 def assert_export_is_replay(run_dir, out_dir):
     """The exported (native) weights of a ZeRO-0 run and the trainer's logged losses against `replay`.
     DeepSpeed's step and the replay are two float32 paths of one computation (DeepSpeed's clipping
@@ -105,7 +69,8 @@ def assert_export_is_replay(run_dir, out_dir):
     model, meta = load_native(export(run_dir, out_dir) / "native")
     assert meta["step"] == 4 and meta["weights"].startswith("module weights (float32)"), meta
     exported = model.state_dict()
-    (weights, replayed), (weights64, replayed64) = replay(run_dir), replay(run_dir, torch.float64)
+    twin32, twin64 = replay(run_dir), replay(run_dir, torch.float64)
+    (weights, replayed), (weights64, replayed64) = (twin32.weights, twin32.losses), (twin64.weights, twin64.losses)
     logged = losses(records(run_dir))
     assert [s for s, _ in logged] == [1, 2, 3, 4]
     for (step, loss), loss32, loss64 in zip(logged, replayed, replayed64):  # the trainer's mean in float32

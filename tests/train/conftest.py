@@ -27,3 +27,14 @@ def reference_run_zero0(dataset, tmp_path_factory):
 def reference(reference_run):
     """The records of `reference_run`."""
     return reference_run[1]
+
+
+@pytest.fixture(scope="session")
+def reference_twin(reference_run):
+    """`reference_run` replayed in float64 in a plain torch loop (tests/helpers/replay.py): what
+    float32 rounding does to this trajectory on the host at hand, the scale of the bounds the
+    data-parallel layouts are held to."""
+    import torch
+
+    from tests.helpers.replay import replay
+    return replay(reference_run[0], torch.float64)
