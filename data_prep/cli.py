@@ -102,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         if problems:
             p.error("; ".join(problems))
         remote = args.out if is_remote(args.out) else None
+        if args.local and not remote:
+            p.error(f"--local is where a remote --out is built; --out {args.out} is local")
         out = local_build_dir(remote, args.local) if remote else Path(args.out)
         if remote:
             check_remote_out(remote, args.overwrite)
@@ -109,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
                            text_field=args.text_field, max_doc_mb=args.max_doc_mb,
                            max_row_group_mb=args.max_row_group_mb, part_mb=args.part_mb,
                            shard_mb=args.shard_mb, compression=args.compression, vocab=args.vocab,
-                           workers=args.workers, overwrite=args.overwrite or bool(remote and is_dataset(out)),
+                           workers=args.workers,  # the private build directory is ours to replace; a --local one is not
+                           overwrite=args.overwrite or bool(remote and not args.local and is_dataset(out)),
                            resume=args.resume, progress=args.progress)
         status = run(opts)
         if status == 0 and remote:

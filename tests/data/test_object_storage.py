@@ -148,3 +148,11 @@ def test_a_download_failing_mid_epoch_raises_at_once_and_a_new_epoch_raises_too(
             next(iter(token_loader(ds, 4)))
     finally:
         server.stop()
+
+
+def test_local_is_refused_with_a_local_out(tmp_path, capsys):
+    from data_prep.cli import main as prep
+    with pytest.raises(SystemExit) as exit_:
+        prep(["python-stdlib", "--out", str(tmp_path / "ds"), "--local", str(tmp_path / "build")])
+    assert exit_.value.code == 2 and "--local is where a remote --out is built" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
