@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from rgpt_dist.data.cache import cache_dir
-from rgpt_dist.data.uri import endpoint, uri_problem
+from rgpt_dist.data.uri import described, endpoint, uri_problem
 
 
 class RemoteOutputError(Exception):
@@ -31,11 +31,7 @@ def _uploader(uri: str, local: Path):
     try:
         return CloudUploader.get((str(local), uri.rstrip("/")), keep_local=True, exist_ok=True)
     except Exception as e:  # no bucket, no credentials, an endpoint that does not answer
-        raise RemoteOutputError(f"{uri} at {endpoint(uri)}: {type(e).__name__}: {_first(e)}") from None
-
-
-def _first(e: BaseException) -> str:
-    return str(e).splitlines()[0][:300] if str(e) else ""
+        raise RemoteOutputError(f"{uri} at {endpoint(uri)}: {described(e)}") from None
 
 
 def local_build_dir(uri: str, local: str | None) -> Path:
@@ -54,7 +50,7 @@ def check_remote_out(uri: str, overwrite: bool) -> None:
     try:
         existing = up.list_objects("manifest.json")
     except Exception as e:
-        raise RemoteOutputError(f"{uri} at {endpoint(uri)}: {type(e).__name__}: {_first(e)}") from None
+        raise RemoteOutputError(f"{uri} at {endpoint(uri)}: {described(e)}") from None
     if existing and not overwrite:
         raise RemoteOutputError(f"--out {uri} already holds a dataset (manifest.json): pass --overwrite to "
                                 "replace it (readers must not read it while it is replaced)")
@@ -71,7 +67,7 @@ def upload(local: Path, uri: str, remove_local: bool) -> None:
             up.upload_file(name)
         except Exception as e:
             raise RemoteOutputError(f"uploading {local / name} to {uri.rstrip('/')}/{name} at {endpoint(uri)}: "
-                                    f"{type(e).__name__}: {_first(e)} (the local build stays in {local}; "
+                                    f"{described(e)} (the local build stays in {local}; "
                                     "run the command again)") from None
         total += (local / name).stat().st_size
     print(f"uploaded {len(files)} files ({total / 1e6:.1f} MB) to {uri}", file=sys.stderr)

@@ -30,7 +30,7 @@ import torch.distributed as dist
 from rgpt_dist.data.cache import cache_dir as private_cache
 from rgpt_dist.data.index import DatasetError, check_split
 from rgpt_dist.data.mds import import_streaming
-from rgpt_dist.data.uri import RemoteDataError, endpoint, is_remote, uri_problem
+from rgpt_dist.data.uri import RemoteDataError, described, endpoint, is_remote, uri_problem
 from rgpt_dist.data.verify import check_shard_data, map_file
 
 streaming = import_streaming()
@@ -89,8 +89,7 @@ class SafeStream(streaming.Stream):
         except Exception as e:
             name = shard.file_pairs[0][1 if shard.compression else 0].basename
             err = RemoteDataError(f"could not fetch {self.remote}/{name} from {endpoint(self.remote)} "
-                                  f"({self.download_retry} attempts, {self.download_timeout:g} s each): "
-                                  f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
+                                  f"({self.download_retry} attempts, {self.download_timeout:g} s each): {described(e)}")
             self.failure = self.failure or err
             raise err from e
         try:
@@ -185,8 +184,7 @@ def fetch_index(root: str, split: str, timeout: float, cache_dir: str | None = N
         try:
             CloudDownloader.direct_download(uri, str(local), timeout)
         except Exception as e:
-            first = str(e).splitlines()[0][:300] if str(e) else ""
-            raise RemoteDataError(f"could not fetch {uri} from {endpoint(uri)}: {type(e).__name__}: {first}") from e
+            raise RemoteDataError(f"could not fetch {uri} from {endpoint(uri)}: {described(e)}") from e
         shards = check_split(local.parent, local=False)
         cached = cached_split(root, split, cache_dir)
         if (cached / "index.json").is_file() and (cached / "index.json").read_bytes() != local.read_bytes():

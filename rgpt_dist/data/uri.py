@@ -61,3 +61,9 @@ def endpoint(uri: str) -> str:
     if scheme == "s3":
         return shown(os.environ.get("S3_ENDPOINT_URL")) or "AWS S3 (no S3_ENDPOINT_URL)"
     return f"the {scheme}:// service"
+
+
+def described(error: BaseException) -> str:
+    """`Type: first line of the message` (at most 300 characters of it), for one-line reports."""
+    text = str(error)
+    return f"{type(error).__name__}: {text.splitlines()[0][:300] if text else ''}"
