@@ -19,6 +19,16 @@ def use_cpu_accelerator() -> None:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 
+def trainer_clips(cfg: Config) -> bool:
+    """Whether the trainer, not DeepSpeed, computes the gradient norm and clips: ZeRO-0 outside
+    DeepSpeed's bf16 optimizer. There the engine would clip through clip_fp32_gradients(), which
+    sums per-tensor float32 norms (a 10M-element tensor's is 3.6e-4 relative off on CPU, measured
+    2026-12-05: the run's trajectory moved away from its float64 twin by 25x as much as ZeRO-3's) and
+    drops the norm it computed; the trainer's (rgpt_dist.train.optim.global_grad_norm) is accumulated in
+    float64, as DeepSpeed's ZeRO 1-3 optimizers do."""
+    return cfg.parallel.zero_stage == 0 and cfg.parallel.dtype != "bf16"
+
+
 def ds_config(cfg: Config, dims: ParallelDims) -> dict[str, Any]:
     """The DeepSpeed config of a run. Precision (parallel.dtype): `bf16` is DeepSpeed's bf16 mode
     (module weights cast to bf16, fp32 masters in its optimizer); `bf16-autocast` leaves bf16 mode off
@@ -34,7 +44,7 @@ def ds_config(cfg: Config, dims: ParallelDims) -> dict[str, Any]:
         "train_micro_batch_size_per_gpu": t.micro_batch_size,
         "gradient_accumulation_steps": t.grad_accum_steps(dims.dp),
         "train_batch_size": t.global_batch_size,
-        "gradient_clipping": t.grad_clip,
+        "gradient_clipping": 0.0 if trainer_clips(cfg) else t.grad_clip,
         "zero_optimization": {"stage": p.zero_stage},
         "bf16": {"enabled": p.dtype == "bf16"},
         **(autocast if p.dtype == "bf16-autocast" else {}),

@@ -118,3 +118,15 @@ def global_grad_norm(parameters, mpu=None) -> float:
         dist.all_reduce(squares, op=dist.ReduceOp.SUM)
         squares /= dist.get_world_size() // tp  # the dp replicas' identical sums
     return squares.sqrt().item()
+
+
+@torch.no_grad()
+def clip_gradients(parameters, norm: float, max_norm: float) -> None:
+    """Scale every gradient by max_norm / (norm + 1e-6) where that is below 1 (torch's and
+    DeepSpeed's rule), given the global `norm` (global_grad_norm). A non-finite norm leaves the
+    gradients alone: the step is skipped on every rank (SkipNonFiniteAdamW)."""
+    if max_norm > 0 and math.isfinite(norm) and norm + 1e-6 > max_norm:
+        scale = max_norm / (norm + 1e-6)
+        for p in parameters:
+            if p.grad is not None:
+                p.grad.mul_(scale)

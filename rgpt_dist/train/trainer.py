@@ -29,9 +29,10 @@ from rgpt_dist.parallel.compile import compile_stats
 from rgpt_dist.parallel.dims import ParallelDims
 from rgpt_dist.parallel.reshard import layout_for
 from rgpt_dist.parallel.universal import KEY as UNIVERSAL, layout_change, universal_info
+from rgpt_dist.parallel.zero import trainer_clips
 from rgpt_dist.train.checkpoint import CheckpointManager
 from rgpt_dist.train.metrics import MetricsSink, peak_flops
-from rgpt_dist.train.optim import global_grad_norm
+from rgpt_dist.train.optim import clip_gradients, global_grad_norm
 from rgpt_dist.train.preemption import StopRequested
 from rgpt_dist.train.sample_log import SampleLog
 
@@ -86,9 +87,8 @@ class Trainer:
         self.step, self.tokens = 0, 0
         self.peak, self.peak_source = peak_flops(cfg.parallel.dtype)
         self.compiled = cfg.parallel.compile_mode() != "none"
-        # ZeRO-0 without DeepSpeed's bf16 optimizer: the engine clips through clip_fp32_gradients(),
-        # which drops the norm, and our AdamW computes none, so the trainer computes it (own_norm)
-        self.own_norm = cfg.parallel.zero_stage == 0 and cfg.parallel.dtype != "bf16"
+        # ZeRO-0 without DeepSpeed's bf16 optimizer: the trainer computes the norm and clips (own_norm)
+        self.own_norm = trainer_clips(cfg)
         self._data: Iterator | None = None
         # RGPT_SAMPLE_LOG: the data stream's audit trail, from one rank per replica (tp peers read the same samples)
         self.sample_log = SampleLog.from_env(dims.rank) if dims.rank % dims.tp == 0 else None
@@ -199,12 +199,15 @@ class Trainer:
 
     def _boundary(self, step: int) -> float:
         """Between the last backward (gradients reduced over dp ranks) and the optimizer step: the
-        fault injection of RGPT_INJECT_GRAD_NAN, then at ZeRO-0 the gradient norm before clipping
-        (non-finite on a step that is skipped: the metrics sink logs it as null)."""
+        fault injection of RGPT_INJECT_GRAD_NAN, then at ZeRO-0 (parallel.zero.trainer_clips) the
+        gradient norm before clipping (non-finite on a step that is skipped: the metrics sink logs it
+        as null) and the clipping."""
         if _injected_nan(step, self.dims.rank, "RGPT_INJECT_GRAD_NAN"):
             self._inject_reduced_nan()
         if self.own_norm:
-            return global_grad_norm(self.model.parameters(), self.engine.mpu)
+            norm = global_grad_norm(self.model.parameters(), self.engine.mpu)
+            clip_gradients(self.model.parameters(), norm, self.cfg.train.grad_clip)
+            return norm
         return float("nan")
 
     def _inject_reduced_nan(self) -> None:

@@ -35,7 +35,7 @@ def runs(tmp_path_factory, dataset):
     out = {}
     for name, (nproc, overrides) in layouts.items():
         out[name] = root / name
-        train(nproc, out[name], data, *overrides)
+        train(nproc, out[name], data, *overrides, log_samples=name == "zero0-trained")  # test_export's replay
     # the quickstart's RecurrentGPT fields (n_loops) do not fit GPT-2: start from a dense grid config
     out["dense"] = root / "dense"
     train(1, out["dense"], data, "model=gpt2-debug", "parallel.zero_stage=1", *TRAINED, common=BASE,

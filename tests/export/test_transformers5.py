@@ -24,7 +24,7 @@ from safetensors.torch import load_file
 from rgpt_dist.models.spec import families, spec_for
 from rgpt_dist.registry import build_model
 from tests.helpers.dist import ROOT
-from tests.helpers.tolerance import fp32_bound, max_abs
+from tests.helpers.tolerance import fp32_bound, logits_bound, max_abs
 
 pytestmark = pytest.mark.slow
 
@@ -302,9 +302,15 @@ def test_generate_with_cache_equals_without_and_matches_4_57(under_v5, exports, 
     assert info[family]["cache"] == ("DynamicCache" if family in STOCK else "RGPTCache")
     assert torch.equal(cached, uncached)
     # float32 rounding: the cached path sums attention in another order, and Ouro's iterations compound
-    # it (1.1e-5 measured on 2026-12-02, with weights that depend on the session's dataset, this
-    # checkout's source); a cache read at the wrong position moves the scores by orders more
-    torch.testing.assert_close(out[f"{family}.scores.True"], out[f"{family}.scores.False"], atol=5e-5, rtol=0)
+    # it (1.1e-5 measured on 2026-12-02); held to the bound of the native model's distance to its
+    # float64 twin on the generated sequence (tests/helpers/tolerance.py); a cache read at the wrong
+    # position moves the scores by orders more. The scores' -inf (min_new_tokens masks EOS) match.
+    _, model = exports[family]
+    bound = logits_bound(model, uncached[:, :-1], MODELS[family].vocab_size)
+    scores = out[f"{family}.scores.True"], out[f"{family}.scores.False"]
+    finite = torch.isfinite(scores[1])
+    assert torch.equal(torch.isfinite(scores[0]), finite)
+    assert max_abs(scores[0][finite], scores[1][finite]) <= bound, (max_abs(scores[0][finite], scores[1][finite]), bound)
     new = cached[:, prompt().shape[1]:]
     assert new.shape[1] == N_NEW and all(len(set(row.tolist())) > 2 for row in new)  # not one repeated token
     assert torch.equal(out[f"{family}.beams.True"], out[f"{family}.beams.False"])

@@ -1,9 +1,18 @@
-"""A finished one-process run trained again in a plain torch loop, without DeepSpeed, optionally in
-float64: the twin that measures what float32 rounding does to the run's trajectory on the host at
-hand (tests/helpers/tolerance.py's reasoning, at trainer level). The seeded init; AdamW with the
-run's groups and hyperparameters at lr_at(step); the same micro-batches (the run's loader on one
-rank) at the same depths and noise keys; the mean loss over the micro-batches; the global norm
-clipped at train.grad_clip; the evaluations the run made, on its validation batches."""
+"""A finished run trained again in a plain torch loop in one process, without DeepSpeed, optionally
+in float64: the twin that measures what float32 rounding does to the run's trajectory on the host
+at hand (tests/helpers/tolerance.py's reasoning, at trainer level). The seeded init and the run's
+loss normalisation (train.loss_norm); AdamW with the run's groups and hyperparameters at
+lr_at(step) (times a muP group's lr_scale); the same micro-batches at the same depths and noise
+keys; the mean loss over the micro-batches; the global norm clipped at train.grad_clip; the
+evaluations the run made, on its validation batches.
+
+A token run is replayed from the samples it logged (RGPT_SAMPLE_LOG=<run>/samples,
+rgpt_dist/train/sample_log.py; tests.helpers.runs.train(..., log_samples=True)): replica k's
+micro-batches, with replica k's noise keys, in one process; the gradient is the mean over all dp x accum
+micro-batches, as the reduction over ranks makes it; an evaluation is the mean over the first
+dp x eval.batches validation batches in file order (what the replicas read between them: each
+sample holds seq_len tokens, so the mean of the replicas' means is the mean over those batches). A
+task run (data.task, one rank) is replayed from the task's own loader."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -23,35 +32,39 @@ class Replay:
 def replay(run_dir: str | Path, dtype: torch.dtype = torch.float32) -> Replay:
     from rgpt_dist.config import load_config
     from rgpt_dist.depth import step_depths
+    from rgpt_dist.models.layers import LayerFactory
     from rgpt_dist.models.spec import spec_for
     from rgpt_dist.noise import NoiseKey
-    from rgpt_dist.parallel.dims import ParallelDims
     from rgpt_dist.registry import build_model
     from rgpt_dist.train.optim import lr_at, param_groups
-    from rgpt_dist.train.run import _loaders
+    from rgpt_dist.train.run import with_loss_norm
 
     cfg = load_config(Path(run_dir) / "config.yaml")
     t = cfg.train
-    assert cfg.parallel.tp_size == 1 and cfg.parallel.dtype == "fp32" and cfg.parallel.compile_mode() == "none"
-    model = build_model(cfg.model, seed=t.seed).to(dtype).train()
+    assert cfg.parallel.dtype == "fp32" and cfg.parallel.compile_mode() == "none"
+    model = build_model(cfg.model, factory=with_loss_norm(LayerFactory(), cfg), seed=t.seed).to(dtype).train()
     opt = torch.optim.AdamW(param_groups(model, t.weight_decay), lr=t.lr, betas=(t.beta1, t.beta2), eps=1e-8)
-    sampler, accum = spec_for(cfg.model).depth_sampler(cfg.model), t.grad_accum_steps(1)
-    train, val = _loaders(cfg, ParallelDims(world=1, tp=1, rank=0, local_rank=0))
-    batches = iter(train)
+    batches, val = _data(Path(run_dir), cfg)
+    dp = len(batches)
+    sampler, accum = spec_for(cfg.model).depth_sampler(cfg.model), t.grad_accum_steps(dp)
     out = Replay({}, [], [])
     for step in range(t.max_steps):
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, t)
+        for group in opt.param_groups:  # width-muP's hidden matrices at lr / m (train/optim.py)
+            group["lr"] = lr_at(step, t) * group.get("lr_scale", 1.0)
         total = 0.0
-        for micro, r in enumerate(step_depths(sampler, t.seed, step, accum)):
-            x, y = next(batches)
-            res = model(x, y, r=r, noise_key=NoiseKey(t.seed, step, micro, 0))
-            ((res.loss + res.aux.get("aux_loss", 0.0)) / accum).backward()
-            total += res.loss.item() / accum
+        for k, replica in enumerate(batches):
+            for micro, r in enumerate(step_depths(sampler, t.seed, step, accum)):
+                x, y = next(replica)
+                res = model(x, y, r=r, noise_key=NoiseKey(t.seed, step, micro, k))
+                ((res.loss + res.aux.get("aux_loss", 0.0)) / (accum * dp)).backward()
+                total += res.loss.item() / (accum * dp)
+        # the norm accumulated in float64 (a float32 vector_norm of a 10M-element tensor is 3.6e-4 off
+        # on CPU); clipped by max_norm / (norm + 1e-6) where that is below 1
         grads = [p.grad for p in model.parameters() if p.grad is not None]
-        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item()
-        if t.grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+        norm = torch.stack([torch.linalg.vector_norm(g, dtype=torch.float64) for g in grads]).square().sum().sqrt().item()
+        if t.grad_clip and norm + 1e-6 > t.grad_clip:
+            for g in grads:
+                g.mul_(t.grad_clip / (norm + 1e-6))
         opt.step()
         opt.zero_grad(set_to_none=True)
         out.losses.append(total)
@@ -61,6 +74,64 @@ def replay(run_dir: str | Path, dtype: torch.dtype = torch.float32) -> Replay:
             out.evaluations[step + 1] = _evaluate(model, val, cfg.eval.early_exit and sampler is not None)
     out.weights = {k: v.detach() for k, v in model.state_dict().items()}
     return out
+
+
+def _data(run_dir: Path, cfg) -> tuple[list, list]:
+    """(per replica an iterator over its training micro-batches, the validation batches). A task
+    run: the task's loaders on one rank (no shared memory). A token run: the samples it logged,
+    looked up in its training split and validation split read in file order with
+    rgpt_dist.data.mds.read_token_samples, never through a streaming dataset (each one opened in the
+    test process would stay registered in shared memory for the rest of the session)."""
+    from rgpt_dist.parallel.dims import ParallelDims
+    from rgpt_dist.train.run import _loaders
+
+    if cfg.data.task:
+        train, val = _loaders(cfg, ParallelDims(world=1, tp=1, rank=0, local_rank=0))
+        return [iter(train)], val
+    logged = _logged_micro_batches(run_dir / "samples", cfg)
+    assert logged, f"{run_dir}: no samples logged (train it with RGPT_SAMPLE_LOG={run_dir / 'samples'})"
+    micro, n = cfg.train.micro_batch_size, cfg.eval.batches * len(logged) if cfg.eval.every_steps else 0
+    rows = [_pair(tokens) for tokens in _split(cfg, cfg.data.val_split, n * micro)] if n else []
+    val = [tuple(torch.stack(col) for col in zip(*rows[i:i + micro])) for i in range(0, len(rows), micro)]
+    return [iter(replica) for replica in logged], val
+
+
+def _split(cfg, split: str, limit: int) -> list:
+    import tempfile
+
+    from rgpt_dist.data.mds import read_token_samples
+
+    assert len(cfg.data.paths) == 1, "a replay reads one dataset"
+    with tempfile.TemporaryDirectory() as scratch:
+        return read_token_samples(Path(cfg.data.paths[0]) / split, limit, scratch)
+
+
+def _pair(tokens) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs, targets) of one sample, as rgpt_dist.data.streaming.TokenDataset gives them."""
+    import numpy as np
+
+    x = torch.from_numpy(tokens.astype(np.int64))
+    return x[:-1], x[1:]
+
+
+def _logged_micro_batches(where: Path, cfg) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Per replica (in rank order), its training micro-batches as (inputs, targets), looked up by the
+    hashes the run logged (rgpt_dist/train/sample_log.py) in the training split; [] without a log."""
+    import hashlib
+    import json
+
+    files = sorted(where.glob("rank*.jsonl"), key=lambda p: int(p.stem[4:])) if where.is_dir() else []
+    if not files:
+        return []
+    by_hash = {}
+    for x, y in map(_pair, _split(cfg, cfg.data.train_split, 1 << 30)):
+        by_hash[hashlib.blake2b(x.numpy().tobytes(), digest_size=8).hexdigest()] = (x, y)
+    replicas = []
+    for path in files:
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        assert [rec["step"] for rec in lines] == sorted(rec["step"] for rec in lines), f"{path}: a resumed run"
+        replicas.append([tuple(torch.stack(col) for col in zip(*(by_hash[i] for i in rec["ids"]))) for rec in lines])
+    return replicas
 
 
 @torch.no_grad()

@@ -38,10 +38,15 @@ def launch(nproc, run_dir, dataset, *overrides, timeout=600, env=None, common=CO
                     *overrides, timeout=timeout, env=env)
 
 
-def train(nproc, run_dir, dataset, *overrides, timeout=600, env=None, common=COMMON, config=QUICKSTART):
+def train(nproc, run_dir, dataset, *overrides, timeout=600, env=None, common=COMMON, config=QUICKSTART,
+          log_samples=False):
     """`config` (the quickstart's RecurrentGPT) shrunk by `common` (another looped family: `BASE` and
     `model=FLAVOUR` among the overrides; a dense model: a config without RecurrentGPT fields such as
-    configs/experiments/gpt2-small-20k.yaml), then `overrides`; returns the metrics records."""
+    configs/experiments/gpt2-small-20k.yaml), then `overrides`; returns the metrics records.
+    log_samples: the run logs its samples into RUN_DIR/samples (RGPT_SAMPLE_LOG), what
+    tests.helpers.replay reads."""
+    if log_samples:
+        env = {**(env or {}), "RGPT_SAMPLE_LOG": str(Path(run_dir) / "samples")}
     launch(nproc, run_dir, dataset, *overrides, timeout=timeout, env=env, common=common, config=config)
     return records(run_dir)
 

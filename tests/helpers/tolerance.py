@@ -37,3 +37,13 @@ def tp_matches(got: dict) -> bool:
     """A tests.parallel.tp_equal result: the tp = 2 loss, logits and gradients each within fp32_bound
     of the tp = 1 reference (`key` against `key_ref` and `key_scale`)."""
     return all(got[k] <= fp32_bound(got[f"{k}_ref"], got[f"{k}_scale"]) for k in ("loss", "logits", "grads"))
+
+
+@torch.no_grad()
+def logits_bound(model: torch.nn.Module, ids: torch.Tensor, vocab: int | None = None, **kw) -> float:
+    """fp32_bound for two float32 paths to `model`'s logits on `ids` (the first `vocab` of them, where
+    the model pads its vocabulary): from the float32 model's distance to its float64 twin."""
+    import copy
+
+    got, exact = (m(ids, **kw).logits[..., :vocab] for m in (model, copy.deepcopy(model).double()))
+    return fp32_bound(max_abs(got, exact), exact.abs().max().item())

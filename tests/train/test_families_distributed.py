@@ -56,8 +56,8 @@ def one_rank(dataset, tmp_path_factory):
         """(records, (rel, grad_norm_rel)): the bounds from the run's float64 replay."""
         if family not in made:
             run_dir = tmp_path_factory.mktemp(f"{family}-ref")
-            recs = run(1, run_dir, dataset, family, "parallel.zero_stage=1", *DETERMINISTIC[family], *STEPS,
-                       ONE_RANK_EVAL)
+            recs = train(1, run_dir, dataset, *FAMILIES[family], "parallel.zero_stage=1", *DETERMINISTIC[family],
+                         *STEPS, ONE_RANK_EVAL, common=BASE, log_samples=True)
             made[family] = recs, twin_bounds(recs, replay(run_dir, torch.float64))
         return made[family]
     return get

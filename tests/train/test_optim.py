@@ -5,7 +5,7 @@ import torch
 
 from rgpt_dist.config import RecurrentGPTConfig, TrainConfig
 from rgpt_dist.models.recurrent_gpt.model import RecurrentGPT
-from rgpt_dist.train.optim import lr_at, make_optimizer, make_scheduler, param_groups
+from rgpt_dist.train.optim import clip_gradients, global_grad_norm, lr_at, make_optimizer, make_scheduler, param_groups
 
 
 def test_weight_decay_only_on_matrices():
@@ -51,3 +51,26 @@ def test_a_nan_gradient_on_one_rank_skips_the_update_on_every_rank(tmp_path):
         got = json.loads((tmp_path / f"out.{rank}.json").read_text())
         assert got == {"skipped": True, "unchanged": True, "state_empty": True, "second_step_applied": True,
                        "total": 1}, rank
+
+
+def test_clipping_at_zero0_scales_by_the_float64_norm():
+    """ZeRO-0 (parallel.zero.trainer_clips): the norm accumulated in float64 over a large tensor, and
+    gradients scaled by max_norm / (norm + 1e-6) only where that is below 1; a non-finite norm leaves
+    them alone (the step is skipped). Reference: the 2-norm of the float64 values; the scaled gradient
+    within one float32 rounding of each element (the scale is one multiplication)."""
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.zeros(n)) for n in (10_000_000, 3)]
+    params[0].grad, params[1].grad = torch.randn(10_000_000) * 1e-3, torch.tensor([3.0, -4.0, 12.0])
+    exact = math.sqrt(sum((p.grad.double() ** 2).sum().item() for p in params))
+    norm = global_grad_norm(params)
+    assert norm == pytest.approx(exact, rel=1e-12)
+    before = [p.grad.clone() for p in params]
+    clip_gradients(params, norm, 1.0)
+    for p, g in zip(params, before):
+        expected = g.double() * (1.0 / (exact + 1e-6))
+        assert torch.allclose(p.grad.double(), expected, rtol=2 * 2**-24, atol=0)
+    assert global_grad_norm(params) == pytest.approx(1.0, rel=1e-6)
+    kept = [p.grad.clone() for p in params]
+    clip_gradients(params, global_grad_norm(params), 2.0)  # below the bound: untouched
+    clip_gradients(params, float("nan"), 1.0)
+    assert all(torch.equal(p.grad, g) for p, g in zip(params, kept))
