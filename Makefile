@@ -160,7 +160,7 @@ bench: vocab
 	$(CPU_ENV) $(PY) benchmarks/tensor_parallel.py
 
 configs: venv
-	$(PY) -c "from rgpt_dist.config.flavours import write_yaml; write_yaml('configs/models')"
+	$(PY) -c "from rgpt_dist.models.flavours import write_yaml; write_yaml('configs/models')"
 	$(PY) -c "from rgpt_dist.config.experiments import write_yaml; write_yaml('configs/experiments')"
 	$(PY) -c "from rgpt_dist.config.ablations import write_yaml; write_yaml('configs/experiments')"
 	$(PY) -c "from rgpt_dist.config.phi_sweep import write_yaml; write_yaml('configs/experiments')"

@@ -49,9 +49,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rgpt_dist.config.base import from_dict  # noqa: E402
-from rgpt_dist.config.flavours import DENSE_REFERENCE, flavour  # noqa: E402
-from rgpt_dist.config.model import ModelConfig  # noqa: E402
+from rgpt_dist.sections import from_dict  # noqa: E402
+from rgpt_dist.models.flavours import DENSE_REFERENCE, flavour  # noqa: E402
+from rgpt_dist.models.config import ModelConfig  # noqa: E402
 from rgpt_dist.flops import param_count  # noqa: E402
 from rgpt_dist.models.generate import generate  # noqa: E402
 from rgpt_dist.flops import kv_cache_bytes  # noqa: E402

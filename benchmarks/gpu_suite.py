@@ -47,9 +47,9 @@ except ImportError as exc:  # nothing to measure, but leave a record
     (OUT / "gpu_suite.json").write_text(json.dumps({"meta": {"error": f"torch is not importable: {exc}"}}))
     sys.exit(f"gpu_suite: torch is not importable ({exc})")
 
-from rgpt_dist.config.base import from_dict  # noqa: E402
-from rgpt_dist.config.flavours import flavour  # noqa: E402
-from rgpt_dist.config.model import ModelConfig  # noqa: E402
+from rgpt_dist.sections import from_dict  # noqa: E402
+from rgpt_dist.models.flavours import flavour  # noqa: E402
+from rgpt_dist.models.config import ModelConfig  # noqa: E402
 from rgpt_dist.flops import executed_forward_flops, forward_flops, head_flops, recompute_flops  # noqa: E402
 from rgpt_dist.models.generate import generate  # noqa: E402
 from rgpt_dist.models.kv_cache import STRATEGIES  # noqa: E402

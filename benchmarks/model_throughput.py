@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from rgpt_dist.config.model import LoopedConfig
+from rgpt_dist.models.config import LoopedConfig
 from rgpt_dist.flops import executed_forward_flops, executed_overhead_flops, head_flops, train_flops
 from rgpt_dist.models.spec import families, spec_for
 from rgpt_dist.noise import NoiseKey

@@ -25,9 +25,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from rgpt_dist.config.base import from_dict  # noqa: E402
-from rgpt_dist.config.flavours import flavour  # noqa: E402
-from rgpt_dist.config.model import ModelConfig  # noqa: E402
+from rgpt_dist.sections import from_dict  # noqa: E402
+from rgpt_dist.models.flavours import flavour  # noqa: E402
+from rgpt_dist.models.config import ModelConfig  # noqa: E402
 from rgpt_dist.registry import build_model  # noqa: E402
 from rgpt_dist.train.optim import param_groups  # noqa: E402
 

@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from rgpt_dist.algorithmic import get_task, make_batch  # noqa: E402
-from rgpt_dist.config.base import from_dict  # noqa: E402
-from rgpt_dist.config.flavours import FLAVOURS  # noqa: E402
+from rgpt_dist.sections import from_dict  # noqa: E402
+from rgpt_dist.models.flavours import FLAVOURS  # noqa: E402
 from rgpt_dist.flops import executed_forward_flops, head_flops  # noqa: E402
 from rgpt_dist.models.spec import families  # noqa: E402
 from rgpt_dist.registry import build_model  # noqa: E402

@@ -32,7 +32,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rgpt_dist.config.model import LoopedConfig  # noqa: E402
+from rgpt_dist.models.config import LoopedConfig  # noqa: E402
 from rgpt_dist.models.spec import families, spec_for  # noqa: E402
 from rgpt_dist.noise import NoiseKey  # noqa: E402
 from rgpt_dist.parallel.checkpointing import apply_activation_checkpointing  # noqa: E402

@@ -16,12 +16,10 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # runnable as a script from a checkout
 
-from rgpt_dist.eval.ablation_table import report  # noqa: E402
-from rgpt_dist.studies.ablation import overrides, plan  # noqa: E402
-from rgpt_dist.studies.launch import PRESETS, train_runs  # noqa: E402
+from rgpt_dist.studies.ablation import report
+from rgpt_dist.studies.ablation import overrides, plan
+from rgpt_dist.studies.launch import PRESETS, train_runs
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,9 +11,9 @@
 
 One torchrun per run (2 processes, ZeRO-2, fp32): the cell's dense baseline and every recurrent
 family's 1+1x10+1 model at d=64, the same 100 steps of 16 x 128 tokens and seed for all, plus a
-second seed of RecurrentGPT (the runs: rgpt_dist/studies/compare.py; the report:
-rgpt_dist/eval/compare.py). `--study rt`: the dense model against an RT with half its layers at equal
-non-embedding parameters, two seeds each (rgpt_dist/studies/rt_compare.py, rgpt_dist/eval/rt_compare.py;
+second seed of RecurrentGPT (the runs: rgpt_dist/studies/compare/__init__.py; the report:
+rgpt_dist/studies/compare/report.py). `--study rt`: the dense model against an RT with half its layers at equal
+non-embedding parameters, two seeds each (rgpt_dist/studies/rt_compare/__init__.py, rgpt_dist/studies/rt_compare/report.py;
 OUT/rt_compare.{md,json,png}). A run already finished is kept, an interrupted one resumes from its
 checkpoint; with --record DIR a run recorded in DIR is not trained again (rgpt_dist.studies.records),
 each run that finishes is recorded there, and the runs are trained cheapest first (training FLOPs per
@@ -28,11 +28,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # runnable as a script from a checkout
 
-from rgpt_dist.eval import compare as table1_report, rt_compare as rt_report  # noqa: E402
-from rgpt_dist.studies import compare as table1, records, rt_compare as rt  # noqa: E402
-from rgpt_dist.studies.launch import PRESETS, train_runs  # noqa: E402
+from rgpt_dist.studies.compare import report as table1_report
+from rgpt_dist.studies.rt_compare import report as rt_report
+from rgpt_dist.studies import compare as table1, records, rt_compare as rt
+from rgpt_dist.studies.launch import PRESETS, train_runs
 
 STUDIES = {"table1": (table1, table1_report), "rt": (rt, rt_report)}
 

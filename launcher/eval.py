@@ -109,7 +109,7 @@ def _device(name: str) -> str:
 def _model_and_batches(args):
     """The model (on --device) and the validation batches (there too)."""
     from rgpt_dist.eval.early_exit import val_batches
-    from rgpt_dist.eval.source import load_model
+    from rgpt_dist.checkpoints.source import load_model
 
     model, record = load_model(args.source, trust=args.trust_checkpoint)
     device = _device(args.device)
@@ -179,7 +179,7 @@ def _appendix(args, model, batches, out: Path) -> None:
     from rgpt_dist.data.tokenizer import get_encoding
     from rgpt_dist.eval.appendix.common import Context
     from rgpt_dist.eval.appendix.report import run_all, write_report
-    from rgpt_dist.eval.source import load_model
+    from rgpt_dist.checkpoints.source import load_model
     from rgpt_dist.models.spec import spec_for
 
     enc = get_encoding()
@@ -285,7 +285,7 @@ def _run_into(command, args) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from rgpt_dist.export.consolidate import ExportError
+    from rgpt_dist.checkpoints.consolidate import ExportError
 
     try:
         _run_into({"curve": curve, "diagnostics": diagnostics, "lm-eval": lm_eval, "grid": grid, "phi": phi}[args.command],

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rgpt_dist.export.consolidate import ExportError
+from rgpt_dist.checkpoints.consolidate import ExportError
 from rgpt_dist.export.exporter import DTYPES, export
 
 

@@ -14,11 +14,9 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # runnable as a script from a checkout
 
-from rgpt_dist.studies.launch import train_runs  # noqa: E402
-from rgpt_dist.studies.phi import overrides, plan  # noqa: E402
+from rgpt_dist.studies.launch import train_runs
+from rgpt_dist.studies.phi import overrides, plan
 
 
 def _parser() -> argparse.ArgumentParser:

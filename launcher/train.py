@@ -1,7 +1,7 @@
 """Train a model from an experiment config plus key=value overrides.
 
     torchrun --nproc_per_node 2 launcher/train.py configs/experiments/quickstart.yaml
-    deepspeed --num_gpus 8 launcher/train.py configs/experiments/medium-isoflops.yaml train.seed=42
+    deepspeed --num_gpus 8 launcher/train.py configs/experiments/recurrentgpt-medium-isoflops-20k.yaml train.seed=42
 
 The whole config is validated, and world-size and filesystem checks run (nothing the run will write
 in its run directory may be a link or a FIFO: rgpt_dist/train/run_dir.py), before any process group,
@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable as a script from a checkout
-
-from rgpt_dist.config import ConfigError, load_config  # noqa: E402
+from rgpt_dist.config import ConfigError, load_config
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,7 @@ import dataclasses
 import math
 from typing import Any
 
-from rgpt_dist.config.model import LoopedConfig, ModelConfig
+from rgpt_dist.models.config import LoopedConfig, ModelConfig
 from rgpt_dist.models.spec import block_flops, families, spec_for
 
 
@@ -75,9 +75,7 @@ def block_executions(cfg: ModelConfig, r: float | None = None) -> float:
 
 def forward_flops(cfg: ModelConfig, seq_len: int, r: float | None = None) -> float:
     """Eq. 1: forward FLOPs per token without the LM head, at depth r (default R; may be E[r])."""
-    spec = spec_for(cfg)
-    return float(block_executions(cfg, r) * block_flops(cfg, seq_len) + spec.step_flops(cfg, r)
-                 + spec.sequence_flops(cfg, seq_len, r))
+    return spec_for(cfg).forward_flops(cfg, seq_len, r)
 
 
 def executed_forward_flops(cfg: ModelConfig, seq_len: int, r: float | None = None) -> float:
@@ -244,7 +242,7 @@ def compute_flags(fwd_ratio: float | None, train_ratio: float | None) -> list[st
 
 def _dense_name(cfg: ModelConfig) -> str | None:
     """The paper flavour name of a dense config, matched by width and depth."""
-    from rgpt_dist.config.flavours import FLAVOURS
+    from rgpt_dist.models.flavours import FLAVOURS
 
     for name, data in FLAVOURS.items():
         if name in paper_table1() and all(getattr(cfg, k, None) == v for k, v in data.items()):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rgpt_dist.config.model import ModelConfig
+from rgpt_dist.models.config import ModelConfig
 from rgpt_dist.models.spec import spec_for
 
 

@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
 
     refusals = (Refused, EvalError, TableError, TaskError, UnsafeOutput, UnsafePath, FileNotFoundError)
     if args.command == "eval":   # torch only where a checkpoint is read
-        from rgpt_dist.export.consolidate import ExportError
+        from rgpt_dist.checkpoints.consolidate import ExportError
         refusals += (ExportError,)
     try:
         return {"train": train, "eval": evaluate, "table": table}[args.command](args)

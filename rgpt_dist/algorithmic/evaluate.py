@@ -11,7 +11,7 @@
    choose from is refused (SelectionError). `checkpoint="last"` (the CLI's --checkpoint last) takes
    the fixed last step instead, train.max_steps (the paper's J.8 compares the two): a run that has
    not reached it is refused, naming the step; eval.json records the choice (`checkpoint_choice`).
-2. The model: `rgpt_dist.export.consolidate.consolidate` of that tag (fp32 master weights, tp = 1)
+2. The model: `rgpt_dist.checkpoints.consolidate.consolidate` of that tag (fp32 master weights, tp = 1)
    into `rgpt_dist.registry.build_model`, eval mode, fp32, CPU unless told otherwise.
 3. Every test length (the task's grid, or a subset of it): the shared held-out set
    (`heldout_batches`), batch 32 (the paper's new evaluations), argmax at every position, the
@@ -85,7 +85,7 @@ def checkpoint_dir(run_dir: str | Path, config: dict) -> Path:
 
 
 def _complete(tag_dir: Path) -> bool:
-    from rgpt_dist.train.checkpoint import verify
+    from rgpt_dist.checkpoints.record import verify
     return tag_dir.is_dir() and not tag_dir.is_symlink() and verify(tag_dir) is None
 
 
@@ -263,7 +263,7 @@ def load_model(tag_dir: Path, device: str, trust: bool):
     """The checkpoint's model (fp32, eval mode, on `device`) and its step."""
     import torch
 
-    from rgpt_dist.export.consolidate import consolidate
+    from rgpt_dist.checkpoints.consolidate import consolidate
     from rgpt_dist.registry import build_model
 
     c = consolidate(tag_dir, trust=trust)

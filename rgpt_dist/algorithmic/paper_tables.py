@@ -25,7 +25,7 @@ everywhere (J.4); the paper's columns are the flavours below, and `models` repla
 from __future__ import annotations
 
 from rgpt_dist.algorithmic.metrics import PRIMARY
-from rgpt_dist.algorithmic.table import TASK_TITLES, TableError, _cell, _md_table
+from rgpt_dist.algorithmic.cells import TASK_TITLES, TableError, md_table, stat_cell
 
 SPLITS8 = ("4+4", "5+3", "6+2", "7+1", "8+0")
 TABLE2_TASKS = ("addition", "parity", "mod5_flat", "mod5_brackets", "s5_swaps", "s5_standard")
@@ -132,13 +132,13 @@ def present(groups: list[dict]) -> list[str]:
 
 
 def _text(c) -> str:
-    return c if isinstance(c, str) else _cell(c)
+    return c if isinstance(c, str) else stat_cell(c)
 
 
 def render(data: dict) -> list[str]:
     """Markdown lines of one built layout."""
     lines = [f"## {data['title']}", ""]
-    lines += _md_table(data["header"], [[_text(c) for c in row] for row in data["rows"]])
+    lines += md_table(data["header"], [[_text(c) for c in row] for row in data["rows"]])
     if "second_rows" in data:
-        lines += [""] + _md_table(data["second_header"], [[_text(c) for c in row] for row in data["second_rows"]])
+        lines += [""] + md_table(data["second_header"], [[_text(c) for c in row] for row in data["second_rows"]])
     return lines + [""] + data["notes"]

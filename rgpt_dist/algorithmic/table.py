@@ -29,35 +29,15 @@ from pathlib import Path
 
 import numpy as np
 
+from rgpt_dist.algorithmic import paper_tables
+from rgpt_dist.algorithmic.cells import TASK_TITLES, TableError, fmt, md_table, mean_sd, stat_cell  # noqa: F401 (fmt: re-exported)
 from rgpt_dist.algorithmic.metrics import CHANCE, METRIC_NAMES, METRICS, PRIMARY
-from rgpt_dist.eval.markdown import cell
 from rgpt_dist.eval.strict_json import dumps
 
 TASK_ORDER = ("addition", "parity", "mod5_flat", "mod5_brackets", "s5_standard", "s5_swaps")
-TASK_TITLES = {"addition": "Addition", "parity": "Parity", "mod5_flat": "Mod 5, no brackets",
-               "mod5_brackets": "Mod 5, brackets", "s5_standard": "S5, standard", "s5_swaps": "S5, swaps"}
 _REQUIRED = ("task", "model", "seed", "test", "validation", "primary_metric")
 CHOICES = ("best", "last")
 """eval.json's checkpoint_choice (rgpt-algo eval --checkpoint); absent means best."""
-
-
-class TableError(ValueError):
-    """Unusable eval.json input, naming the file."""
-
-
-def mean_sd(values) -> tuple[float, float | None]:
-    """(mean, sample SD with ddof = 1); SD None for a single value (undefined, not 0)."""
-    values = np.asarray(values, dtype=np.float64)
-    if values.size == 0:
-        raise ValueError("no values to aggregate")
-    return float(values.mean()), (float(values.std(ddof=1)) if values.size > 1 else None)
-
-
-def fmt(mean: float | None, sd: float | None) -> str:
-    """'mean ± SD' with two decimals; SD n/a for one seed."""
-    if mean is None:
-        return "-"
-    return f"{mean:.2f} ± " + ("n/a" if sd is None else f"{sd:.2f}")
 
 
 def _files(sources) -> list[Path]:
@@ -145,26 +125,13 @@ def _task_rank(task: str) -> tuple[int, str]:
     return (TASK_ORDER.index(task) if task in TASK_ORDER else len(TASK_ORDER), task)
 
 
-def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
-
-
 def _label(group: dict) -> str:
     """The model's column name: the flavour, "(last)" added for the last-checkpoint groups."""
     return group["model"] + (" (last)" if group.get("checkpoint") == "last" else "")
 
 
-def _cell(stat: dict | None) -> str:
-    if stat is None:
-        return "-"
-    text = fmt(stat["mean"], stat["sd"])
-    return text if stat["n"] == 3 else f"{text} (n={stat['n']})"
-
-
 def markdown(groups: list[dict], layouts=("auto",), models=None) -> str:
     """table.md: the layouts of the module doc (`models`: paper_tables.build's column override)."""
-    from rgpt_dist.algorithmic import paper_tables
 
     paper = _paper_layouts(groups, layouts, models)
     lines = ["# Length generalisation (accuracy %, mean ± sample SD over seeds, ddof = 1)", ""]
@@ -182,7 +149,6 @@ def markdown(groups: list[dict], layouts=("auto",), models=None) -> str:
 def check_layouts(layouts, models=None) -> list[str]:
     """The paper layouts named; TableError for an unknown name, or `models` given without exactly
     one paper layout or with another count than its models (checked before any file is read)."""
-    from rgpt_dist.algorithmic import paper_tables
 
     unknown = [x for x in layouts if x not in ("auto", "full", *paper_tables.LAYOUTS)]
     if unknown or not layouts:
@@ -199,7 +165,6 @@ def check_layouts(layouts, models=None) -> list[str]:
 
 def _paper_layouts(groups: list[dict], layouts, models=None) -> list[str]:
     """The paper layouts to write: those named, plus (auto) every one with data."""
-    from rgpt_dist.algorithmic import paper_tables
 
     named = check_layouts(layouts, models)
     return named + [x for x in paper_tables.present(groups) if "auto" in layouts and x not in named]
@@ -216,19 +181,19 @@ def _full(groups: list[dict]) -> list[str]:
         longest = max(n for m in models if (task, m) in by for n in by[task, m]["lengths"])
         metric = PRIMARY.get(task, "final")
         rows.append([f"{TASK_TITLES.get(task, task)} ({longest})"]
-                    + [_cell(by[task, m]["metrics"][metric].get(longest)) if (task, m) in by else "-" for m in models])
-    lines += _md_table(["Task (test length)", *models], rows)
+                    + [stat_cell(by[task, m]["metrics"][metric].get(longest)) if (task, m) in by else "-" for m in models])
+    lines += md_table(["Task (test length)", *models], rows)
     lines += ["", "## In-distribution validation accuracy of the selected checkpoints", ""]
-    lines += _md_table(["Task", *models], [[TASK_TITLES.get(t, t)] + [_cell(by[t, m]["validation"]) if (t, m) in by
+    lines += md_table(["Task", *models], [[TASK_TITLES.get(t, t)] + [stat_cell(by[t, m]["validation"]) if (t, m) in by
                                                                       else "-" for m in models] for t in tasks])
     for task in tasks:
         metrics = [PRIMARY.get(task, "final")] + (["token", "sequence"] if task.startswith("s5") else [])
         lengths = sorted({n for m in models if (task, m) in by for n in by[task, m]["lengths"]})
         for metric in metrics:
             lines += ["", f"## {TASK_TITLES.get(task, task)}: {METRIC_NAMES[metric]}", ""]
-            lines += _md_table(["Model", "seeds", *map(str, lengths)],
+            lines += md_table(["Model", "seeds", *map(str, lengths)],
                                [[m, ", ".join(map(str, by[task, m]["seeds"]))]
-                                + [_cell(by[task, m]["metrics"][metric].get(n)) for n in lengths]
+                                + [stat_cell(by[task, m]["metrics"][metric].get(n)) for n in lengths]
                                 for m in models if (task, m) in by])
     return lines
 
@@ -287,7 +252,6 @@ def plot(groups: list[dict], path: Path) -> Path:
 def write_tables(evals: list[dict], out: Path, layouts=("auto",), models=None) -> dict[str, Path]:
     """table.md, table.json and accuracy_vs_length.png in `out` (an existing directory); `layouts`
     and `models` as markdown()."""
-    from rgpt_dist.algorithmic import paper_tables
 
     groups = aggregate(evals)
     out = Path(out)

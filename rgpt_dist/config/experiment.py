@@ -7,10 +7,10 @@ from typing import Any
 
 import yaml
 
-from rgpt_dist.config.base import (ConfigError, Section, apply_overrides, from_dict, nonfinite_fields, parse_override,
+from rgpt_dist.sections import (ConfigError, Section, apply_overrides, from_dict, nonfinite_fields, parse_override,
                                    read_yaml)
-from rgpt_dist.config.flavours import FLAVOURS, flavour
-from rgpt_dist.config.model import MAX_BLOCKS, ModelConfig
+from rgpt_dist.models.flavours import FLAVOURS, flavour
+from rgpt_dist.models.config import MAX_BLOCKS, ModelConfig
 from rgpt_dist.config.run import CheckpointConfig, DataConfig, EvalConfig, LogConfig, ParallelConfig
 from rgpt_dist.config.train import TrainConfig
 from rgpt_dist.models.spec import spec_for
@@ -55,39 +55,23 @@ class Config(Section):
         return list(dict.fromkeys(out))
 
     def _task_problems(self) -> list[str]:
-        """With data.task: every training and validation example fits train.seq_len (and a learned
-        position table), and its token ids fit the vocabulary."""
+        """With data.task: a task of the model's suite, and what the suite asks of the rest of the
+        config (TaskSuite.config_problems: the algorithmic tasks' sequence length and vocabulary)."""
         if not self.data.task:
             return []
-        from rgpt_dist.algorithmic import TASKS  # numpy: imported only where a task is named
-        from rgpt_dist.thinking.tasks import TASKS as THINKING
+        from rgpt_dist.data.suites import pairing_problem, suite_of_task  # numpy: only where a task is named
 
         try:
-            suite = spec_for(self.model).task_suite
+            wanted = spec_for(self.model).task_suite
         except (ValueError, TypeError, AttributeError):  # an unknown family: its own check reports it
             return []
-        if self.data.task in THINKING or suite == "thinking":
-            if self.data.task in THINKING and suite == "thinking":
-                return []  # the thinking model's spec checks the pair (ThinkingSpec.run_problems)
-            wants = "a thinking model (model=graph, logic, relational or *-debug)" if suite != "thinking" else \
-                f"a thinking task ({', '.join(THINKING)})"
-            return [f"data.task={self.data.task!r} with model.family={self.model.family!r}: this pair needs {wants}"]
-        task = TASKS.get(self.data.task)
-        if task is None:  # unknown (DataConfig reports it)
+        suite = suite_of_task(self.data.task)
+        if suite is None:  # unknown (DataConfig reports it)
             return []
-        need = max(task.max_tokens_of("train"), task.max_tokens_of("val"))
-        where = f"the longest {task.name} training or validation example has {need} tokens"
-        out = []
-        if self.train.seq_len < need:
-            out.append(f"train.seq_len={self.train.seq_len} is too short for data.task={task.name!r}: {where}; "
-                       f"set train.seq_len >= {need}")
-        if self.model.vocab_size < len(task.vocab):
-            out.append(f"model.vocab_size={self.model.vocab_size} is smaller than data.task={task.name!r}'s "
-                       f"vocabulary of {len(task.vocab)} tokens")
-        if getattr(self.model, "pos_encoding", "learned") == "learned" and self.model.block_size < need:
-            out.append(f"model.block_size={self.model.block_size} is too small for data.task={task.name!r} with "
-                       f"model.pos_encoding=learned: {where}; set model.block_size >= {need}")
-        return out  # a value failing two bounds (inf) is reported once
+        problem = pairing_problem(self.data.task, wanted)
+        if problem:
+            return [f"data.task={self.data.task!r} with model.family={self.model.family!r}: {problem}"]
+        return suite.config_problems(self)
 
     def _family_problems(self) -> list[str]:
         """What the model's family declares it cannot run (FamilySpec.run_problems: RLT refuses

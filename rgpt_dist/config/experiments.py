@@ -12,9 +12,9 @@ from typing import Any
 
 import yaml
 
-from rgpt_dist.config.base import from_dict
-from rgpt_dist.config.flavours import DENSE_REFERENCE, flavour
-from rgpt_dist.config.model import ModelConfig
+from rgpt_dist.sections import from_dict
+from rgpt_dist.models.flavours import DENSE_REFERENCE, flavour
+from rgpt_dist.models.config import ModelConfig
 from rgpt_dist.config.train import TrainConfig
 from rgpt_dist.flops import COMPUTE_TOLERANCE, train_flops
 from rgpt_dist.models.spec import families

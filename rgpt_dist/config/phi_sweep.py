@@ -40,10 +40,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from rgpt_dist.config.base import from_dict
+from rgpt_dist.sections import from_dict
 from rgpt_dist.config.experiments import run_config, write_configs
-from rgpt_dist.config.flavours import flavour
-from rgpt_dist.config.model import ModelConfig
+from rgpt_dist.models.flavours import flavour
+from rgpt_dist.models.config import ModelConfig
 from rgpt_dist.config.train import TrainConfig
 from rgpt_dist.flops import gpu_hours as flops_gpu_hours
 from rgpt_dist.flops import param_count, train_flops

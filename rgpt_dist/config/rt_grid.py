@@ -20,10 +20,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rgpt_dist.config.base import from_dict
+from rgpt_dist.sections import from_dict
 from rgpt_dist.config.experiments import run_config, write_configs
-from rgpt_dist.config.flavours import flavour
-from rgpt_dist.config.model import ModelConfig
+from rgpt_dist.models.flavours import flavour
+from rgpt_dist.models.config import ModelConfig
 from rgpt_dist.models.rt.config import SHAPES
 
 SEQ_LEN, GLOBAL_BATCH, MICRO_BATCH = 512, 512, 16

@@ -5,7 +5,7 @@ import dataclasses
 import re
 from typing import Literal
 
-from rgpt_dist.config.base import Section, out_of_bounds
+from rgpt_dist.sections import Section, out_of_bounds
 
 MAX_WORKERS = 256
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
@@ -52,10 +52,10 @@ class DataConfig(Section):
     """Remote URIs: the most the cache may hold, e.g. "20gb" (streaming evicts the coldest shards
     beyond it; "" = no limit). At least the largest shard, or the run is refused at start."""
     task: str = ""
-    """An algorithmic task of the RLT paper to train on (rgpt_dist.algorithmic.TASKS: parity,
-    s5_standard, s5_swaps, mod5_flat, mod5_brackets, addition; rgpt_dist.data.algorithmic) or a
-    thinking task (rgpt_dist.thinking.tasks.TASKS: graph, logic, relational; a thinking model's,
-    rgpt_dist.thinking.loader), generated on the fly; "" = the token shards of `paths` (which a task leaves unused, as
+    """A task of a task suite (rgpt_dist.data.suites) to train on, generated on the fly: an
+    algorithmic task of the RLT paper (parity, s5_standard, s5_swaps, mod5_flat, mod5_brackets,
+    addition; rgpt_dist.algorithmic.suite) or a thinking model's task (graph, logic, relational;
+    rgpt_dist.thinking.suite); "" = the token shards of `paths` (which a task leaves unused, as
     it does the splits, shuffle, workers and eval.batches: validation is the task's whole validation
     set)."""
     task_train_max: int = 0
@@ -66,18 +66,12 @@ class DataConfig(Section):
     def problems(self, path: str) -> list[str]:
         out = []
         if self.task:
-            from rgpt_dist.algorithmic import TASKS  # numpy only: configs stay torch-free
-            from rgpt_dist.thinking.tasks import TASKS as THINKING
-            if self.task in THINKING:
-                if self.task_train_max:
-                    out.append(f"{path}.task_train_max={self.task_train_max!r} caps an algorithmic task's "
-                               f"training lengths; thinking task {self.task!r} has none (0)")
-            elif self.task not in TASKS:
-                out.append(f"{path}.task={self.task!r} is not an algorithmic task ({', '.join(sorted(TASKS))}) "
-                           f"or a thinking task ({', '.join(THINKING)})")
-            elif self.task_train_max:
-                from rgpt_dist.algorithmic import capped
-                out += capped.problems(TASKS[self.task], self.task_train_max, f"{path}.task_train_max")
+            from rgpt_dist.data.suites import not_a_task, suite_of_task  # numpy only: configs stay torch-free
+            suite = suite_of_task(self.task)
+            if suite is None:
+                out.append(f"{path}.task={not_a_task(self.task)}")
+            else:
+                out += suite.data_problems(self.task, self.task_train_max, path)
         elif self.task_train_max:
             out.append(f"{path}.task_train_max={self.task_train_max!r} needs {path}.task (it caps a task's "
                        f"training lengths)")

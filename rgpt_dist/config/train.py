@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from rgpt_dist.config.base import Section, out_of_bounds
+from rgpt_dist.sections import Section, out_of_bounds
 
 # Upper bounds: generous, but finite, so that a typo (seq_len=1e9, lr=inf) fails at validation,
 # naming the value, instead of as an allocation failure or a diverged run later.

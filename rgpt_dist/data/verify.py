@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from rgpt_dist.data.index import DatasetError
+from rgpt_dist.data.mds import import_streaming
 
 CHUNK = 1 << 26  # tokens per vectorised step (128 MB): bounds the temporaries of the comparison
 
@@ -88,8 +89,6 @@ def check_split_data(split_dir: str | Path, shards: list[dict[str, Any]], vocab_
     """Every shard of a local split (records from check_split), as streaming will read it: the
     decompressed file when it is in the split (streaming then never decompresses), else the
     compressed one decompressed here, in memory."""
-    from rgpt_dist.data.mds import import_streaming
-
     split_dir = Path(split_dir)
     for i, info in enumerate(shards):
         samples, n_tokens = info["samples"], info["column_sizes"][0] // 2

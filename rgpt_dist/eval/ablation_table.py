@@ -1,17 +1,15 @@
 """The ablation tables (issue #15) from the grid summary's rows (rgpt_dist.eval.grid.summarize): the
 runs of rgpt_dist.config.ablations laid out like the paper's Fig. 5 and Table 7 (each row beside the
 row it adds a component to, and beside the dense baseline) and like its sensitivity tables (each
-setting beside the default). Rows the main grid trains (`REUSED`) are read from its runs. `report`
-writes `make ablation`'s ablations.md and bar chart (its runs: rgpt_dist.studies.ablation). No torch.
+setting beside the default). Rows the main grid trains (`REUSED`) are read from its runs. The
+`make ablation` study (rgpt_dist.studies.ablation) writes them with its bar chart. No torch.
 """
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 from typing import Any
 
 from rgpt_dist.config.ablations import SMALL
-from rgpt_dist.eval.grid import summarize, write_table
 from rgpt_dist.eval.markdown import cell, code
 
 SMALL_RUN, DENSE_SMALL_RUN = f"{SMALL}-20k", "gpt2-small-20k"
@@ -107,39 +105,3 @@ def markdown(rows: list[dict[str, Any]]) -> str | None:
             else sweep(found, DEFAULTS[study])
         out += [f"## {title}", "", *table, ""]
     return "\n".join(out)
-
-
-def report(out_dir: str | Path) -> dict[str, Path]:
-    """ablations.md (the Fig. 5 table with deltas, and the seeds), grid.{md,csv,json} and the bar
-    chart ablation.png in out_dir, from the runs' own records."""
-    out_dir = Path(out_dir)
-    rows = summarize(out_dir, stale_after_s=None)
-    paths = dict(zip(("grid_md", "grid_csv", "grid_json"), write_table(rows, out_dir)))
-    md = markdown(rows) or "# Ablations\n\nNo ablation run has finished.\n"
-    (out_dir / "ablations.md").write_text(md)
-    plot(study_rows(rows, "fig5"), out_dir / "ablation.png")
-    return {**paths, "md": out_dir / "ablations.md", "png": out_dir / "ablation.png"}
-
-
-def plot(found: list[tuple[str, dict[str, Any]]], path: Path) -> None:
-    """Fig. 5's bars: each row's validation loss, the dense baseline as a dashed line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    bars = [(label, r["val_loss"]) for label, r in found if not label.startswith("1-") and r["val_loss"] is not None]
-    dense = next((r["val_loss"] for label, r in found if label.startswith("1-")), None)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.bar([label for label, _ in bars], [v for _, v in bars], color="tab:blue")
-    if dense is not None:
-        ax.axhline(dense, color="grey", linestyle="--", label="dense baseline")
-        ax.legend(fontsize=8)
-    if bars:
-        values = [v for _, v in bars] + ([dense] if dense is not None else [])
-        ax.set_ylim(min(values) - 0.05, max(values) + 0.05)
-    ax.set(ylabel="validation loss", title="sequential ablation, scaled-down small cell")
-    ax.tick_params(axis="x", labelrotation=30, labelsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

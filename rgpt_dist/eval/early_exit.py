@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from rgpt_dist.data.index import DatasetError
-from rgpt_dist.data.mds import read_token_samples
+from rgpt_dist.data.samples import read_token_samples
 from rgpt_dist.eval import strict_json
 from rgpt_dist.eval.finite import nonfinite_weights
 from rgpt_dist.flops import executed_forward_flops, forward_flops, head_flops

@@ -19,6 +19,7 @@ from typing import Any
 
 from rgpt_dist.config import FLAVOURS, load_config
 from rgpt_dist.eval import strict_json
+from rgpt_dist.eval.ablation_table import markdown as ablation_markdown
 from rgpt_dist.eval import markdown as mdtext
 from rgpt_dist.flops import compute_flags, report
 from rgpt_dist.models.spec import families, spec_for
@@ -289,8 +290,6 @@ def _order(row: dict[str, Any]) -> tuple:
 def write_table(rows: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:
     """grid.md, grid.csv and grid.json in out_dir (created), and ablations.md where ablation runs are
     among the rows (rgpt_dist.eval.ablation_table); returns their paths."""
-    from rgpt_dist.eval.ablation_table import markdown as ablation_markdown
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     md, csv_path, js = out_dir / "grid.md", out_dir / "grid.csv", out_dir / "grid.json"

@@ -1,6 +1,6 @@
 """A training checkpoint -> an export directory, written whole or not at all:
 
-    OUT/native/   model.safetensors + config.json (rgpt-dist's own format, rgpt_dist.export.native)
+    OUT/native/   model.safetensors + config.json (rgpt-dist's own format, rgpt_dist.checkpoints.native)
     OUT/hf/       a Hugging Face model directory with the GPT-2 tokenizer files (an algorithmic task's run:
                   its task's tokenizer, rgpt_dist.export.tokenizer_files):
                   dense GPT-2 as a native GPT2LMHeadModel, RecurrentGPT as trust_remote_code
@@ -23,12 +23,12 @@ from pathlib import Path
 import torch
 
 from rgpt_dist.durable import swap_dir
-from rgpt_dist.export.consolidate import ExportError, consolidate
-from rgpt_dist.export.native import write_native
+from rgpt_dist.checkpoints.consolidate import ExportError, consolidate
+from rgpt_dist.checkpoints.native import write_native
 from rgpt_dist.export.tokenizer_files import write_export_tokenizer
 from rgpt_dist.models.spec import spec_for
 from rgpt_dist.safe_paths import out_dir, refuse_overlap, remove_stale, seal, staging
-from rgpt_dist.train.checkpoint import TAG_PREFIX
+from rgpt_dist.checkpoints.record import TAG_PREFIX
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from rgpt_dist.config import GPT2Config
-from rgpt_dist.export.consolidate import ExportError
+from rgpt_dist.checkpoints.consolidate import ExportError
 from rgpt_dist.export.hf_llama import is_llama_block, llama_mismatch, write_hf_llama
 
 
@@ -63,7 +63,7 @@ def write_hf_gpt2(sd: dict[str, torch.Tensor], cfg: GPT2Config, out_dir: Path, *
         raise ExportError(f"{', '.join(unsupported)}: the dense model's Hugging Face export is a stock GPT2LMHeadModel "
                           "(LayerNorm, GELU MLP, no QK-norm, standard parametrisation), which cannot compute this "
                           f"model, nor is it the Llama / Qwen3 block ({llama_mismatch(cfg)}); use the native checkpoint "
-                          "(rgpt_dist.export.consolidate)")
+                          "(rgpt_dist.checkpoints.consolidate)")
     if cfg.pos_encoding != "learned":
         raise ExportError(f"model.pos_encoding={cfg.pos_encoding!r}: the dense model's Hugging Face export is a stock "
                           "GPT2LMHeadModel, which has learned absolute positions only; export a dense model "

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from rgpt_dist.config import GPT2Config
-from rgpt_dist.export.consolidate import ExportError
+from rgpt_dist.checkpoints.consolidate import ExportError
 
 PLAIN = (("norm", "rmsnorm"), ("mlp", "swiglu"), ("pos_encoding", "rope"), ("bias", False))
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from rgpt_dist.config.model import ModelConfig
+from rgpt_dist.models.config import ModelConfig
 from rgpt_dist.export.shipping import ship
 from rgpt_dist.models.spec import spec_for
 

@@ -37,13 +37,16 @@ def write_tokenizer(out_dir: Path, model_max_length: int) -> None:
 
 
 def write_export_tokenizer(out_dir: Path, config: Any) -> None:
-    """The tokenizer an export of a run with this config (rgpt_dist.config.Config) ships: its
-    algorithmic task's when data.task is set, else GPT-2's."""
+    """The tokenizer an export of a run with this config (rgpt_dist.config.Config) ships: its task's
+    when data.task is set (rgpt_dist.data.suites: an algorithmic task's vocabulary), else GPT-2's."""
     task = getattr(config.data, "task", "")
     if task:
-        from rgpt_dist.algorithmic import get_task
+        from rgpt_dist.data.suites import not_a_task, suite_of_task
 
-        write_task_tokenizer(out_dir, get_task(task).vocab, model_max_length=config.model.block_size, task=task)
+        suite = suite_of_task(task)
+        if suite is None:
+            raise ValueError(f"data.task={not_a_task(task)}")
+        write_task_tokenizer(out_dir, suite.vocab(task), model_max_length=config.model.block_size, task=task)
     else:
         write_tokenizer(out_dir, model_max_length=config.model.block_size)
 

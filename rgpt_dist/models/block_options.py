@@ -10,7 +10,7 @@ from typing import Any
 
 import torch.nn as nn
 
-NORMS, MLPS = ("layernorm", "rmsnorm"), ("gelu", "swiglu")  # as rgpt_dist.config.model
+NORMS, MLPS = ("layernorm", "rmsnorm"), ("gelu", "swiglu")  # as rgpt_dist.models.config
 
 
 def _choice(cfg: Any, name: str, default: str, allowed: tuple[str, ...]) -> str:

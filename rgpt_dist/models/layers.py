@@ -146,7 +146,7 @@ def residual_std(cfg: Any, block_executions: int) -> float:
     return cfg.init_std / math.sqrt(2 * block_executions)
 
 
-POS_ENCODINGS = ("learned", "rope", "alibi", "none")  # as rgpt_dist.config.model (which imports no torch)
+POS_ENCODINGS = ("learned", "rope", "alibi", "none")  # as rgpt_dist.models.config (which imports no torch)
 
 
 def pos_encoding(cfg: Any) -> str:

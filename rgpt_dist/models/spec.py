@@ -78,7 +78,7 @@ class FamilySpec:
 
     task_suite: ClassVar[str] = "algorithmic"
     """The suite whose tasks `data.task` may name for this model: `algorithmic` (a language model on
-    the RLT paper's tasks, rgpt_dist.data.algorithmic) or `thinking` (rgpt_dist.thinking.loader)."""
+    the RLT paper's tasks, rgpt_dist.algorithmic.loader) or `thinking` (rgpt_dist.thinking.loader)."""
     compute_matching: ClassVar[str] = ""
     """How the grid offers this family at its cell's dense training compute (`rgpt-eval grid`, issue #29):
     "" none; "tokens": the same layout trained on more tokens, steps raised until its training FLOPs
@@ -186,6 +186,11 @@ class FamilySpec:
         same unless the family computes more or less than its architecture needs (RLT-2's chunks
         attend over whole chunks). Defaults to `sequence_flops`."""
         return self.sequence_flops(cfg, seq_len, r)
+
+    def forward_flops(self, cfg: Any, seq_len: int, r: float | None = None) -> float:
+        """Eq. 1: forward FLOPs per token without the head at depth r (rgpt_dist.flops.forward_flops)."""
+        return float(self.block_executions(cfg, r) * block_flops(cfg, seq_len) + self.step_flops(cfg, r)
+                     + self.sequence_flops(cfg, seq_len, r))
 
     def head_flops(self, cfg: Any) -> float:
         """The output head's forward FLOPs per token: the LM head's 2 d V (padded vocabulary)."""

@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
 
     refusals = (Refused, EvalError, FrontierError, ThinkingTaskError, UnsafeOutput, UnsafePath, FileNotFoundError)
     if args.command == "frontier":
-        from rgpt_dist.export.consolidate import ExportError
+        from rgpt_dist.checkpoints.consolidate import ExportError
         refusals += (ExportError,)
     try:
         return {"train": train, "frontier": frontier, "table": table}[args.command](args)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from rgpt_dist.config.base import Section, nonfinite_fields, out_of_bounds
+from rgpt_dist.sections import Section, nonfinite_fields, out_of_bounds
 from rgpt_dist.depth import UniformDepth
 
 ACTIVATIONS = ("gelu", "relu")

@@ -3,7 +3,7 @@ validation batches as (ThinkingInputs, labels) pairs (rgpt_dist/thinking/inputs.
 both with `.to(device)` and calls the model with them, as it does a language model's (x, y)).
 
 Training: global example `i` of a run is `task.example("train", i)`, its difficulty drawn from the
-task's training range by the index. Indexing is the algorithmic suite's (rgpt_dist/data/algorithmic.py):
+task's training range by the index. Indexing is the algorithmic suite's (rgpt_dist/algorithmic/loader.py):
 step s, micro-batch m of dp rank d reads examples s * G + (m * dp + d) * B ... + B - 1, so dp ranks
 together read one process's global batch and `state_dict()` (step, micro) resumes exactly. Every batch
 is padded to the task's max_len: one shape for the whole run.
@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from rgpt_dist.data.algorithmic import TaskLoader, rank_batches
+from rgpt_dist.algorithmic.loader import TaskLoader, rank_batches
 from rgpt_dist.thinking.inputs import ThinkingInputs
 from rgpt_dist.thinking.tasks import get_task
 from rgpt_dist.thinking.tasks.base import collate, make_batch

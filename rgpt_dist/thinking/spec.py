@@ -20,8 +20,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from rgpt_dist.config.base import out_of_bounds
-from rgpt_dist.config.model import MAX_BLOCKS, ModelConfig
+from rgpt_dist.sections import out_of_bounds
+from rgpt_dist.models.config import MAX_BLOCKS, ModelConfig
 from rgpt_dist.models.spec import FamilySpec, block_flops
 from rgpt_dist.thinking.config import BASELINE_LAYERS, FLAVOURS as SETTINGS, ThinkingModelConfig, steps_sampler
 

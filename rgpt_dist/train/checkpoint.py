@@ -15,11 +15,9 @@ restricted loader (rgpt_dist.safe_load), so a shared or downloaded run directory
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
-import stat
 import warnings
 from pathlib import Path
 from typing import Any
@@ -27,13 +25,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from rgpt_dist.checkpoints.record import RECORD, TAG_PREFIX, checksums, verify
 from rgpt_dist.durable import UnsafePath, atomic_write_text, fsync_tree
 from rgpt_dist.parallel.universal import convert, deepspeed_loads_restricted
 from rgpt_dist.safe_load import UntrustedCheckpoint, load_pt, scan_pt
 from rgpt_dist.train.run_dir import tag_problem
 
-TAG_PREFIX = "step_"
-RECORD = "checksums.json"
 RUN_CONFIG = "run_config.json"
 BEST = "best.json"
 UNIVERSAL_DIR = "universal"  # DIR/universal/<tag>: a checkpoint converted for another layout (removed by the next save)
@@ -104,64 +101,6 @@ def _filesystem(path) -> str:
     return "the filesystem is read-only" if st.f_flag & os.ST_RDONLY else f"{st.f_bavail * st.f_frsize:,} bytes free there"
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _entries(tag_dir: Path) -> tuple[dict[str, Path], list[str]]:
-    """(relative name -> path of every regular file except the record, names of anything else:
-    links, devices, FIFOs). Links are never followed: a checkpoint cannot point outside itself."""
-    files, odd = {}, []
-    for p in sorted(tag_dir.rglob("*")):
-        mode = p.lstat().st_mode
-        name = p.relative_to(tag_dir).as_posix()
-        if stat.S_ISREG(mode):
-            if name != RECORD:
-                files[name] = p
-        elif not stat.S_ISDIR(mode):
-            odd.append(name)
-    return files, odd
-
-
-def _checksums(tag_dir: Path) -> dict[str, str]:
-    return {name: _sha256(p) for name, p in _entries(tag_dir)[0].items()}
-
-
-def _read_record(record: Path) -> dict[str, str] | None:
-    try:
-        expected = json.loads(record.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):  # RecursionError: nesting deeper than json's parser goes
-        return None
-    ok = isinstance(expected, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in expected.items())
-    return expected if ok else None
-
-
-def verify(tag_dir: Path) -> str | None:
-    """None when the checkpoint is complete and intact, else why not. Complete means: the record
-    lists every file in the directory, each listed file exists and matches its sha256, and the
-    directory holds nothing but regular files (an empty or partial record does not verify)."""
-    record = tag_dir / RECORD
-    if not record.is_file() or record.is_symlink():
-        return f"incomplete (no {RECORD}: the writer did not finish)"
-    expected = _read_record(record)
-    if expected is None:
-        return f"corrupted ({RECORD} is not a JSON object of file name -> sha256)"
-    files, odd = _entries(tag_dir)
-    if odd:
-        return f"corrupted ({', '.join(odd[:3])}: not a regular file)"
-    problems = [f"{k} missing" for k in sorted(set(expected) - set(files))]
-    problems += [f"{k} not listed" for k in sorted(set(files) - set(expected))]
-    if not expected:
-        problems.append(f"{RECORD} lists no files")
-    if not problems:
-        problems = [f"{k} fails the checksum" for k in sorted(files) if _sha256(files[k]) != expected[k]]
-    return f"corrupted ({', '.join(problems[:3])}{' ...' if len(problems) > 3 else ''})" if problems else None
-
-
 def safe_checkpoint_engine(engine, trust: bool):
     """Swap the DeepSpeed engine's checkpoint engine for one whose loads are restricted (the writer
     is untouched). DeepSpeed reads model, optimizer and ZeRO partition files through it."""
@@ -220,7 +159,7 @@ class CheckpointManager:
         complete, `latest`, best.json, then pruning."""
         atomic_write_text(tag_dir / RUN_CONFIG, json.dumps(client_state["config"], indent=1, sort_keys=True))
         fsync_tree(tag_dir)  # the files are on disk before the record says they are complete
-        atomic_write_text(tag_dir / RECORD, json.dumps(_checksums(tag_dir), indent=1, sort_keys=True))
+        atomic_write_text(tag_dir / RECORD, json.dumps(checksums(tag_dir), indent=1, sort_keys=True))
         atomic_write_text(self.dir / "latest", tag_dir.name)
         if best is not None:
             atomic_write_text(self.dir / BEST, json.dumps({"tag": tag_dir.name, "step": step, "val_loss": best["val_loss"]}))

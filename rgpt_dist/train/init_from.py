@@ -26,7 +26,7 @@ def wanted(cfg) -> bool:
 
 def source_problem(source: str) -> str | None:
     """Preflight's cheap check: None when `source` names a complete checkpoint or a native export."""
-    from rgpt_dist.export.consolidate import ExportError, find_tag_dir
+    from rgpt_dist.checkpoints.consolidate import ExportError, find_tag_dir
 
     path = Path(source)
     if (path / "config.json").is_file() or (path / "native" / "config.json").is_file():
@@ -41,8 +41,8 @@ def source_problem(source: str) -> str | None:
 def load_initial_weights(model: torch.nn.Module, source: str) -> None:
     """Copies the source's weights into the freshly built model (tp = 1, before sharding and the
     engine). Every name and shape must agree: a mismatch names the first few and changes nothing."""
-    from rgpt_dist.eval.source import load_model
-    from rgpt_dist.export.consolidate import ExportError
+    from rgpt_dist.checkpoints.source import load_model
+    from rgpt_dist.checkpoints.consolidate import ExportError
 
     try:
         theirs = load_model(source)[0].state_dict()

@@ -180,7 +180,7 @@ def test_eval_scores_equal_an_independent_recount(protocol):
     import torch
 
     from rgpt_dist.algorithmic import get_task
-    from rgpt_dist.export.consolidate import consolidate
+    from rgpt_dist.checkpoints.consolidate import consolidate
     from rgpt_dist.registry import build_model
 
     run = protocol / "parity-s43"

@@ -7,7 +7,7 @@ import yaml
 
 from rgpt_dist.config import (FLAVOURS, Config, ConfigError, GPT2Config, RecurrentGPTConfig, field_docs,
                               from_dict, load_config)
-from rgpt_dist.config.model import ModelConfig
+from rgpt_dist.models.config import ModelConfig
 from rgpt_dist.config.train import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from rgpt_dist.config import ConfigError, field_docs, load_config
-from rgpt_dist.config.model import LoopedConfig, ModelConfig
+from rgpt_dist.models.config import LoopedConfig, ModelConfig
 from rgpt_dist.config.run import DataConfig
 from rgpt_dist.config.train import TrainConfig
 
@@ -46,7 +46,7 @@ def test_an_unreadable_file_names_the_file(tmp_path):
 
 
 def test_an_oversized_file_is_not_read_whole(tmp_path):
-    from rgpt_dist.config.base import MAX_CONFIG_BYTES
+    from rgpt_dist.sections import MAX_CONFIG_BYTES
     big = tmp_path / "big.yaml"
     big.write_text("# " + "x" * MAX_CONFIG_BYTES + "\n")
     assert "is larger than 16 MiB" in _error(big)
@@ -75,7 +75,7 @@ def test_a_duplicated_nested_key_is_an_error_too(tmp_path):
 
 def test_merge_keys_may_still_be_overridden():
     """`<<: *anchor` then a key of the anchor is YAML's override idiom, not a duplicate."""
-    from rgpt_dist.config.base import load_yaml
+    from rgpt_dist.sections import load_yaml
     assert load_yaml("a: &t {lr: 1, seed: 4}\nb:\n  <<: *t\n  seed: 5\n")["b"] == {"lr": 1, "seed": 5}
 
 

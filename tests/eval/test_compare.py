@@ -1,6 +1,6 @@
-"""The comparison's report (rgpt_dist/eval/compare.py; the runs and their training:
+"""The comparison's report (rgpt_dist/studies/compare/report.py; the runs and their training:
 tests/studies/test_compare.py)."""
-from rgpt_dist.eval.compare import markdown as compare_markdown
+from rgpt_dist.studies.compare.report import markdown as compare_markdown
 
 
 def test_compare_table_escapes_pipes_and_line_breaks_in_run_text():

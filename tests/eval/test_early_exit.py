@@ -58,7 +58,7 @@ def test_dense_model_has_one_point():
 @pytest.fixture(scope="module")
 def export_dir(tmp_path_factory, dataset):
     """A native export of a random RecurrentGPT (GPT-2 vocabulary) whose record names the session's data."""
-    from rgpt_dist.export.native import write_native
+    from rgpt_dist.checkpoints.native import write_native
 
     root = tmp_path_factory.mktemp("eval")
     data = dataset
@@ -104,7 +104,7 @@ def _strict_json(path):
 @pytest.fixture(scope="module", params=["nan", "inf"])
 def nonfinite_export(request, tmp_path_factory, dataset):
     """The export_dir model with one NaN (in the recurrence's projection) or one inf (in the embedding)."""
-    from rgpt_dist.export.native import write_native
+    from rgpt_dist.checkpoints.native import write_native
 
     cfg = RecurrentGPTConfig(n_pre=1, n_rec=1, n_coda=1, n_loops=2, vocab_size=50257, block_size=64, d_model=32,
                              n_head=4)

@@ -42,7 +42,7 @@ def test_rows_are_the_token_weighted_exits_and_their_flops():
 
 def test_cli_curve_writes_the_threshold_exits(dataset, tmp_path, capsys):
     from launcher.eval import main
-    from rgpt_dist.export.native import write_native
+    from rgpt_dist.checkpoints.native import write_native
 
     cfg = OuroConfig(n_pre=1, n_rec=1, n_coda=1, n_loops=2, vocab_size=50257, block_size=64, d_model=32, n_head=4)
     meta = {"step": 3, "data": {"paths": [str(dataset)], "val_split": "val", "seq_len": 32}}

@@ -1,4 +1,4 @@
-"""rgpt_dist.eval.source: what rgpt-eval reads from an export cannot point it at the reader's own
+"""rgpt_dist.checkpoints.source: what rgpt-eval reads from an export cannot point it at the reader's own
 directory, and a damaged native export is a clean error."""
 import json
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from rgpt_dist.config import GPT2Config
-from rgpt_dist.eval.source import load_model
-from rgpt_dist.export.native import write_native
+from rgpt_dist.checkpoints.source import load_model
+from rgpt_dist.checkpoints.native import write_native
 from rgpt_dist.registry import build_model
 
 CFG = GPT2Config(vocab_size=300, block_size=32, d_model=32, n_head=4, n_layer=1)

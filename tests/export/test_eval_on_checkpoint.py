@@ -28,7 +28,7 @@ def test_curve_on_a_run_is_the_curve_of_its_export(runs, name, tmp_path):
     at R is the consolidated model's own on those batches (ZeRO-2, tp = 2 and ZeRO-3 checkpoints of
     every looped family)."""
     from rgpt_dist.config import load_config
-    from rgpt_dist.export.consolidate import consolidate
+    from rgpt_dist.checkpoints.consolidate import consolidate
     from rgpt_dist.export.exporter import export
     from rgpt_dist.registry import build_model
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from rgpt_dist.config import load_config
-from rgpt_dist.export.consolidate import ExportError, consolidate
-from rgpt_dist.export.native import load_native
+from rgpt_dist.checkpoints.consolidate import ExportError, consolidate
+from rgpt_dist.checkpoints.native import load_native
 from rgpt_dist.models.spec import spec_for
 from rgpt_dist.registry import build_model
 from tests.helpers.dist import ROOT

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rgpt_dist.export.native import load_native
+from rgpt_dist.checkpoints.native import load_native
 from tests.helpers.dist import ROOT
 
 pytestmark = pytest.mark.slow

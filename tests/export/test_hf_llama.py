@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rgpt_dist.config import GPT2Config
-from rgpt_dist.export.consolidate import ExportError
+from rgpt_dist.checkpoints.consolidate import ExportError
 from rgpt_dist.export.hf_dense import write_hf_gpt2
 from rgpt_dist.registry import build_model
 

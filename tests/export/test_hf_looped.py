@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rgpt_dist.config.model import LoopedConfig
+from rgpt_dist.models.config import LoopedConfig
 from rgpt_dist.export.hf_looped_writer import write_hf_looped
 from rgpt_dist.models.spec import families, spec_for
 from rgpt_dist.registry import build_model

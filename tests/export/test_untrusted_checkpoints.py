@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from rgpt_dist.export.consolidate import ExportError, consolidate
+from rgpt_dist.checkpoints.consolidate import ExportError, consolidate
 from tests.helpers.dist import ROOT
 from tests.helpers.hostile import poison_pt, rewrite_checksums
 

@@ -80,7 +80,7 @@ def _data(run_dir: Path, cfg) -> tuple[list, list]:
     """(per replica an iterator over its training micro-batches, the validation batches). A task
     run: the task's loaders on one rank (no shared memory). A token run: the samples it logged,
     looked up in its training split and validation split read in file order with
-    rgpt_dist.data.mds.read_token_samples, never through a streaming dataset (each one opened in the
+    rgpt_dist.data.samples.read_token_samples, never through a streaming dataset (each one opened in the
     test process would stay registered in shared memory for the rest of the session)."""
     from rgpt_dist.parallel.dims import ParallelDims
     from rgpt_dist.train.run import _loaders
@@ -99,7 +99,7 @@ def _data(run_dir: Path, cfg) -> tuple[list, list]:
 def _split(cfg, split: str, limit: int) -> list:
     import tempfile
 
-    from rgpt_dist.data.mds import read_token_samples
+    from rgpt_dist.data.samples import read_token_samples
 
     assert len(cfg.data.paths) == 1, "a replay reads one dataset"
     with tempfile.TemporaryDirectory() as scratch:

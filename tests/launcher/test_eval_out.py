@@ -19,7 +19,7 @@ OUTPUTS = ["early_exit.csv", "early_exit.json", "early_exit.png"]
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory, dataset):
-    from rgpt_dist.export.native import write_native
+    from rgpt_dist.checkpoints.native import write_native
 
     cfg = RecurrentGPTConfig(n_pre=1, n_rec=1, n_coda=1, n_loops=1, vocab_size=50257, block_size=32, d_model=16,
                              n_head=2)

@@ -12,7 +12,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from rgpt_dist.config import ConfigError, load_config
-from rgpt_dist.export.native import load_native, write_native
+from rgpt_dist.checkpoints.native import load_native, write_native
 from rgpt_dist.flops import executed_forward_flops, executed_overhead_flops, head_flops, param_count
 from rgpt_dist.models.generate import generate
 from rgpt_dist.models.spec import families, spec_for

@@ -283,7 +283,7 @@ def test_hf_looped_export_round_trip(family, tmp_path):
 
 def test_hf_dense_export_refuses_other_encodings(tmp_path):
     """A stock GPT2LMHeadModel has learned positions only: a dense rope model is refused by name."""
-    from rgpt_dist.export.consolidate import ExportError
+    from rgpt_dist.checkpoints.consolidate import ExportError
     from rgpt_dist.export.hf_dense import write_hf_gpt2
 
     model, cfg = build("gpt2", "rope")

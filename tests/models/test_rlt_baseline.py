@@ -206,7 +206,7 @@ def test_layers_refuse_a_hand_edited_config():
 
 
 def test_hf_dense_export_refuses_the_rlt_block(tmp_path):
-    from rgpt_dist.export.consolidate import ExportError
+    from rgpt_dist.checkpoints.consolidate import ExportError
     from rgpt_dist.export.hf_dense import write_hf_gpt2
 
     cfg = GPT2Config(**{**TINY, **RLT, "pos_encoding": "learned", "mup_base_width": 8})

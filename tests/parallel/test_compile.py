@@ -204,7 +204,7 @@ def test_two_ranks_compiled_train_like_two_ranks_eager(dataset, tmp_path):
     changing every step. Per-step depth, loss, gradient norm and lr, the validation loss and early-exit
     curve, and the consolidated weights after 4 AdamW steps: measured (2026-12-03) bitwise equal, as
     aot_eager runs eager's kernels on the same ranks in the same order, so they must stay equal."""
-    from rgpt_dist.export.consolidate import consolidate
+    from rgpt_dist.checkpoints.consolidate import consolidate
     from rgpt_dist.registry import build_model
     from tests.helpers.runs import records, train, trajectory
 

@@ -80,7 +80,7 @@ def trained(cluster, dataset, tmp_path_factory):
 
 
 def weights(run_dir):
-    from rgpt_dist.export.consolidate import consolidate
+    from rgpt_dist.checkpoints.consolidate import consolidate
 
     return consolidate(run_dir).state_dict
 

@@ -3,7 +3,7 @@ from their configs, the same tokens for every row, and the report from the runs'
 training path is launcher/compare.py's (train_runs), smoke-tested in test_compare.py; here the plan,
 the overrides and the report on hand-written runs."""
 from rgpt_dist.config import load_config
-from rgpt_dist.eval.ablation_table import report
+from rgpt_dist.studies.ablation import report
 from rgpt_dist.studies.ablation import SPREAD_SEED, overrides, plan
 from tests.eval.test_grid import make_run, train_records
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from rgpt_dist.config.flavours import FLAVOURS
+from rgpt_dist.models.flavours import FLAVOURS
 from rgpt_dist.studies.compare import SEEDS, cell_models, overrides, plan
 from rgpt_dist.models.spec import families
 
@@ -73,7 +73,7 @@ def test_the_long_preset_trains_every_model_at_both_seeds_on_ten_times_the_token
 
 
 def test_the_ordering_is_the_mean_over_seeds_beside_the_papers():
-    from rgpt_dist.eval.compare import model_summary, ordering_markdown
+    from rgpt_dist.studies.compare.report import model_summary, ordering_markdown
 
     def row(name, method, loss):
         return {"name": name, "method": method, "val_loss": loss}
@@ -139,7 +139,7 @@ def _write(path, text):
 
 
 def test_one_models_seed_spread_is_not_called_the_noise_when_every_model_has_its_own():
-    from rgpt_dist.eval.compare import markdown
+    from rgpt_dist.studies.compare.report import markdown
 
     spread = {"runs": {"recurrentgpt-small-isoflops-seed1337": 3.029, "recurrentgpt-small-isoflops-seed42": 3.0275},
               "mean": 3.02825, "range": 0.0015}

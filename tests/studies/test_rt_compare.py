@@ -1,4 +1,4 @@
-"""make compare-rt (rgpt_dist/studies/rt_compare.py, rgpt_dist/eval/rt_compare.py): the dense model and
+"""make compare-rt (rgpt_dist/studies/rt_compare/__init__.py, rgpt_dist/studies/rt_compare/report.py): the dense model and
 the RT with half its layers at equal non-embedding parameters on the same tokens, two seeds each; the
 report's means, spreads and difference from fake runs with known losses."""
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 
 from rgpt_dist.config import load_config
-from rgpt_dist.eval.rt_compare import report
+from rgpt_dist.studies.rt_compare.report import report
 from rgpt_dist.flops import param_count
 from rgpt_dist.studies import rt_compare
 from rgpt_dist.studies.launch import ROOT

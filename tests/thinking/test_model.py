@@ -365,7 +365,7 @@ def test_baseline_runs_its_blocks_once():
 
 
 def test_config_loads_like_a_section_and_documents_every_field():
-    from rgpt_dist.config.base import field_docs, from_dict
+    from rgpt_dist.sections import field_docs, from_dict
     cfg = from_dict(ThinkingModelConfig, {**FLAVOURS["logic"], "vocab_size": 9, "layerscale": "1e-4"})
     assert cfg.layerscale == 1e-4 and cfg.positions == "rope" and cfg.problems() == []
     docs = field_docs(ThinkingModelConfig)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from rgpt_dist.export.consolidate import consolidate
+from rgpt_dist.checkpoints.consolidate import consolidate
 from rgpt_dist.thinking.cli import main as think
 from rgpt_dist.thinking.tasks import TASKS, bucket, collate
 from tests.helpers.dist import torchrun

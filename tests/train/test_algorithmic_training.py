@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rgpt_dist.config import ConfigError, load_config
-from rgpt_dist.export.consolidate import consolidate
+from rgpt_dist.checkpoints.consolidate import consolidate
 from rgpt_dist.train.checkpoint import CheckpointManager, verify
 from rgpt_dist.train.trainer import improves
 from tests.helpers.dist import torchrun

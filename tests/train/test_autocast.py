@@ -3,7 +3,7 @@ with the forward under torch.autocast(bfloat16), through DeepSpeed's `torch_auto
 import pytest
 import torch
 
-from rgpt_dist.export.consolidate import consolidate
+from rgpt_dist.checkpoints.consolidate import consolidate
 from rgpt_dist.safe_load import load_pt
 from tests.helpers.runs import DP, train
 

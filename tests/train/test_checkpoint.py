@@ -5,7 +5,8 @@ import torch
 import torch.distributed as dist
 
 from rgpt_dist.safe_load import UntrustedCheckpoint
-from rgpt_dist.train.checkpoint import CheckpointManager, _checksums, verify
+from rgpt_dist.checkpoints.record import checksums as _checksums, verify
+from rgpt_dist.train.checkpoint import CheckpointManager
 from tests.helpers.hostile import poison_pt, rewrite_checksums
 
 

@@ -61,7 +61,7 @@ def test_two_ranks_match_one_rank_at_every_zero_stage(stage, dataset, reference_
     # moved a weight by 5.1e-3 (measured). Held to the float64 replay's bound, as above (measured
     # 2026-12-05: 3.6e-6 at ZeRO 0-3 against a bound of 4.0e-5; ZeRO-0 clipping with DeepSpeed's
     # float32 norm was 5.8e-5 away).
-    from rgpt_dist.export.consolidate import consolidate
+    from rgpt_dist.checkpoints.consolidate import consolidate
     ref_weights = consolidate(ref_dir).state_dict
     bound = fp32_bound(max(max_abs(ref_weights[k], reference_twin.weights[k]) for k in ref_weights),
                        max(v.abs().max().item() for v in reference_twin.weights.values()))
@@ -70,7 +70,7 @@ def test_two_ranks_match_one_rank_at_every_zero_stage(stage, dataset, reference_
 
 def max_weight_difference(run_a, run_b) -> float:
     """Max |a - b| over every weight of the two runs' newest checkpoints, consolidated to tp = 1."""
-    from rgpt_dist.export.consolidate import consolidate
+    from rgpt_dist.checkpoints.consolidate import consolidate
 
     a, b = consolidate(run_a).state_dict, consolidate(run_b).state_dict
     assert set(a) == set(b)
@@ -350,8 +350,8 @@ def test_tp2_x_zero3_checkpoint_evaluates_and_exports(full, full_twin, tp_runs, 
     the validation loss the trainer logged at step 8 over the same 16 samples (4 batches of 4 in
     file order = 2 ranks x 4 micro-batches of 2), and the weights are those of the tp = 1 run to the
     trajectories' agreement (a misplaced shard would differ by ~0.02)."""
-    from rgpt_dist.export.consolidate import consolidate
-    from rgpt_dist.export.native import load_native
+    from rgpt_dist.checkpoints.consolidate import consolidate
+    from rgpt_dist.checkpoints.native import load_native
 
     run, recs = tp_runs(3)
     logged = next(r for r in recs if "val_loss" in r)

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from rgpt_dist.export.consolidate import consolidate
+from rgpt_dist.checkpoints.consolidate import consolidate
 from tests.helpers.runs import BASE, launch, records
 
 pytestmark = pytest.mark.slow

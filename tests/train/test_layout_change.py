@@ -16,7 +16,7 @@ import shutil
 import pytest
 import torch
 
-from rgpt_dist.export.consolidate import consolidate
+from rgpt_dist.checkpoints.consolidate import consolidate
 from rgpt_dist.train.sample_log import ENV, read_sample_log
 from tests.helpers.dist import torchrun
 from tests.helpers.runs import COMMON, QUICKSTART, launch, records

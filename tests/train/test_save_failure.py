@@ -10,7 +10,7 @@ import subprocess
 import pytest
 import torch
 
-from rgpt_dist.export.consolidate import consolidate
+from rgpt_dist.checkpoints.consolidate import consolidate
 from rgpt_dist.train.checkpoint import verify
 from tests.helpers.dist import torchrun
 from tests.helpers.runs import COMMON, QUICKSTART, launch, records, trajectory

@@ -161,7 +161,7 @@ class RGPTConfig(PretrainedConfig):
             self._no_depth(self.r_eval, "r_eval")
         check_kv_strategy(self.kv_strategy, self.kv_strategies)
 
-    # what the native model reads besides its fields (rgpt_dist.config.model.ModelConfig has the same)
+    # what the native model reads besides its fields (rgpt_dist.models.config.ModelConfig has the same)
     @property
     def padded_vocab_size(self) -> int:
         return -(-self.vocab_size // self.pad_vocab_multiple) * self.pad_vocab_multiple

@@ -2,7 +2,7 @@
 Hugging Face export is transformers' own GPT2LMHeadModel (rgpt_dist.export.hf_dense)."""
 from __future__ import annotations
 
-from rgpt_dist.config.flavours import DEBUG_WIDTH, SCALES
+from rgpt_dist.models.flavours import DEBUG_WIDTH, SCALES
 from rgpt_dist.models.gpt2.config import GPT2Config
 from rgpt_dist.models.rt.config import DENSE_FLAVOURS as RT_DENSE  # the RT's dense partners
 from rgpt_dist.models.spec import FamilySpec

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rgpt_dist.config.flavours import CELLS, DEBUG_WIDTH, looped
+from rgpt_dist.models.flavours import CELLS, DEBUG_WIDTH, looped
 from rgpt_dist.depth import FixedDepth
 from rgpt_dist.models.mor.config import MoRConfig
 from rgpt_dist.models.spec import LoopedSpec

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from rgpt_dist.config.base import out_of_bounds
-from rgpt_dist.config.model import LoopedConfig
+from rgpt_dist.sections import out_of_bounds
+from rgpt_dist.models.config import LoopedConfig
 
 ROUTING = ("expert", "token")
 INFERENCE_ROUTING = ("threshold", "top_k")

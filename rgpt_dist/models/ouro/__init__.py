@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rgpt_dist.config.flavours import CELLS, DEBUG_WIDTH, looped
+from rgpt_dist.models.flavours import CELLS, DEBUG_WIDTH, looped
 from rgpt_dist.depth import FixedDepth
 from rgpt_dist.models.ouro.config import OuroConfig
 from rgpt_dist.models.spec import LoopedSpec, block_flops
@@ -58,10 +58,8 @@ class OuroSpec(LoopedSpec):
         exit gates runs without a backward (frozen), so training costs about one forward."""
         if cfg.stage != "gate":
             return super().no_grad_forward_flops(cfg, seq_len, r)
-        from rgpt_dist.flops import forward_flops, head_flops  # (flops imports the specs)
-
         gates = 2.0 * cfg.d_model * max(r - 1, 0)  # the gates train_readout_flops counts
-        return forward_flops(cfg, seq_len, r) + head_flops(cfg) + self.train_readout_flops(cfg, seq_len, r) - gates
+        return self.forward_flops(cfg, seq_len, r) + self.head_flops(cfg) + self.train_readout_flops(cfg, seq_len, r) - gates
 
     def recompute_flops(self, cfg: Any, seq_len: int, r: float | None, mode: str) -> float:
         """The skeleton's, plus every iteration's exit (a checkpoint unit of its own); under `blocks`

@@ -5,8 +5,8 @@ import dataclasses
 import math
 from typing import Literal
 
-from rgpt_dist.config.base import out_of_bounds
-from rgpt_dist.config.model import LoopedConfig
+from rgpt_dist.sections import out_of_bounds
+from rgpt_dist.models.config import LoopedConfig
 
 
 @dataclasses.dataclass

@@ -4,8 +4,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from rgpt_dist.config.base import out_of_bounds
-from rgpt_dist.config.model import LoopedConfig
+from rgpt_dist.sections import out_of_bounds
+from rgpt_dist.models.config import LoopedConfig
 
 
 @dataclasses.dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rgpt_dist.config.flavours import CELLS, DEBUG_WIDTH, looped
+from rgpt_dist.models.flavours import CELLS, DEBUG_WIDTH, looped
 from rgpt_dist.depth import FixedDepth
 from rgpt_dist.models.relaxed.config import RelaxedConfig
 from rgpt_dist.models.spec import LoopedSpec

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from rgpt_dist.config.base import out_of_bounds
-from rgpt_dist.config.model import MAX_BLOCK_SIZE, MAX_BLOCKS, ModelConfig
+from rgpt_dist.sections import out_of_bounds
+from rgpt_dist.models.config import MAX_BLOCK_SIZE, MAX_BLOCKS, ModelConfig
 
 RLT_POS_ENCODINGS = ("learned", "rope", "none")
 """pos_encoding values RLT supports: its decoder and memory attention have no ALiBi bias."""

@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from rgpt_dist.config.base import out_of_bounds
-from rgpt_dist.config.model import MAX_BLOCKS, ModelConfig
+from rgpt_dist.sections import out_of_bounds
+from rgpt_dist.models.config import MAX_BLOCKS, ModelConfig
 
 PREFILLS = ("tiled", "naive")
 """How a full-sequence forward runs the per-layer recurrence (rgpt_dist.models.rt.tiled)."""

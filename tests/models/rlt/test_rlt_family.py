@@ -18,7 +18,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from rgpt_dist.config import ConfigError, load_config
-from rgpt_dist.export.consolidate import consolidate
+from rgpt_dist.checkpoints.consolidate import consolidate
 from rgpt_dist.export.exporter import export
 from rgpt_dist.flops import executed_forward_flops, forward_flops, head_flops
 from rgpt_dist.models.rlt import SPEC
@@ -129,7 +129,7 @@ def test_rgpt_export_reloads_and_generates_as_the_checkpoint(runs, tmp_path):
     checkpoint's logits and its cached greedy generation (tests/export/test_hf_rlt.py: the rest)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rgpt_dist.export.native import load_native
+    from rgpt_dist.checkpoints.native import load_native
     from rgpt_dist.export.remote_code import trust_remote_code
     from rgpt_dist.models.generate import generate
     from tests.helpers.hf import isolated_hf

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from rgpt_dist.export.consolidate import consolidate
+from rgpt_dist.checkpoints.consolidate import consolidate
 from tests.helpers.runs import records, trajectory
 from tests.models.rlt.test_rlt_family import ARGS, CONFIG, launch
 from tests.train.test_distributed import kill_and_restart

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from rgpt_dist.config import load_config
-from rgpt_dist.export.consolidate import consolidate
+from rgpt_dist.checkpoints.consolidate import consolidate
 from rgpt_dist.registry import build_model
 from tests.helpers.runs import BASE, launch, records, trajectory
 from tests.models.rlt.test_rlt_model import ReadLog
@@ -95,7 +95,7 @@ def test_rgpt_export_reloads_and_generates_as_the_checkpoint(runs, tmp_path):
     from transformers import AutoModelForCausalLM
 
     from rgpt_dist.export.exporter import export
-    from rgpt_dist.export.native import load_native
+    from rgpt_dist.checkpoints.native import load_native
     from rgpt_dist.export.remote_code import trust_remote_code
     from rgpt_dist.models.generate import generate
     from tests.helpers.hf import isolated_hf

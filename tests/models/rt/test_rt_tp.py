@@ -107,7 +107,7 @@ def test_trainer_tp2_x_dp2_reproduces_one_rank_and_its_checkpoint_consolidates(d
     rounding differences on rarely seen rows into update differences: 3.9e-6 to 1.3e-5 measured on
     two states of the test data; a missing or mis-scaled shard gradient moves a weight by about
     lr = 1e-3 per step). ~27 s (10 s + 17 s)."""
-    from rgpt_dist.export.consolidate import consolidate
+    from rgpt_dist.checkpoints.consolidate import consolidate
     from tests.helpers.replay import replay, twin_bounds
     from tests.helpers.runs import BASE, records, train
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
-from rgpt_dist.config.base import ConfigError, from_dict
-from rgpt_dist.config.model import ModelConfig
+from rgpt_dist.sections import ConfigError, from_dict
+from rgpt_dist.models.config import ModelConfig
 from rgpt_dist.models.spec import all_specs
 
 SCALES = {"small": (768, 12), "medium": (1024, 16), "large": (1280, 20)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from rgpt_dist.config.base import Section, out_of_bounds
+from rgpt_dist.sections import Section, out_of_bounds
 from rgpt_dist.models.spec import all_specs
 
 # Upper bounds on sizes: generous, but finite, so that a typo (d_model=2^20: a 50k x 1M embedding

@@ -4,14 +4,14 @@ scaled-down cell on the same tokens, and a second seed of RecurrentGPT for the s
 The cell keeps the paper's layouts (small isoFLOPs: the 12-layer dense model, 1+1x10+1 for every
 recurrent family, discovered from the family specs) at a CPU width (launch.PRESETS); every run starts
 from its grid config (configs/experiments/<flavour>-20k.yaml) with the same data, seed, batch and
-steps. launcher/compare.py trains them; rgpt_dist.eval.compare reports them. No torch import.
+steps. launcher/compare.py trains them; rgpt_dist.studies.compare.report reports them. No torch import.
 """
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 
-from rgpt_dist.config.flavours import FLAVOURS
+from rgpt_dist.models.flavours import FLAVOURS
 from rgpt_dist.models.spec import families
 from rgpt_dist.studies.launch import cpu_overrides
 

@@ -1,4 +1,4 @@
-"""rgpt_dist.data.algorithmic: the trainer-side stream of an algorithmic task. Example indices, rank
+"""rgpt_dist.algorithmic.loader: the trainer-side stream of an algorithmic task. Example indices, rank
 slicing, the -100 -> -1 target mapping, padding, exact resumption and the validation split, against
 the generators' examples read one by one here."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rgpt_dist.algorithmic import get_task, make_batch
-from rgpt_dist.data.algorithmic import TaskLoader, validation_batches, validation_problem
+from rgpt_dist.algorithmic.loader import TaskLoader, validation_batches, validation_problem
 
 SEQ, MB, G = 44, 2, 8
 

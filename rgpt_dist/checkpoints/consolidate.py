@@ -28,7 +28,7 @@ import torch
 from rgpt_dist.config import Config, from_dict
 from rgpt_dist.parallel.reshard import layout_for, merge_state_dicts
 from rgpt_dist.safe_load import UntrustedCheckpoint, load_pt, restricted_loads
-from rgpt_dist.train.checkpoint import TAG_PREFIX, verify
+from rgpt_dist.checkpoints.record import TAG_PREFIX, verify
 
 
 class ExportError(RuntimeError):

@@ -1,7 +1,9 @@
 """Typed configuration machinery: dataclass <-> dict/YAML, `key=value` overrides, error collection.
 
-No torch import anywhere under `rgpt_dist.config`: configs are loaded and validated before any
-process group, model or tensor exists.
+No torch import here, in rgpt_dist.config or in the model configs (rgpt_dist.models.config and each
+family's): configs are loaded and validated before any process group, model or tensor exists. The
+lowest layer above the foundations (docs/architecture.md): the model configs build on it, and the
+run's config (rgpt_dist.config) composes them.
 
 Conventions:
 - every section is a `@dataclass` subclass of `Section`, one attribute docstring per field;

@@ -1,0 +1,37 @@
+"""The silent-thinking tasks (graph, logic, relational) as a task suite (rgpt_dist.data.suites):
+what a thinking model trains on, and all it trains on. Its pairing with the model is the model's
+spec's to check (ThinkingSpec.run_problems). The loaders (torch) are imported when asked for."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from rgpt_dist.data.suites import TaskSuite
+from rgpt_dist.thinking.tasks import TASKS
+
+
+class ThinkingSuite(TaskSuite):
+    name = "thinking"
+    tasks_only = True
+
+    def tasks(self) -> Mapping[str, Any]:
+        return TASKS
+
+    def data_problems(self, task: str, task_train_max: int, path: str) -> list[str]:
+        if task_train_max:
+            return [f"{path}.task_train_max={task_train_max!r} caps an algorithmic task's training lengths; "
+                    f"thinking task {task!r} has none (0)"]
+        return []
+
+    def validation_problem(self, task: str, dp: int) -> list[str]:
+        from rgpt_dist.thinking.loader import validation_problem
+        return validation_problem(task, dp)
+
+    def loaders(self, cfg: Any, dp: int, dp_rank: int) -> tuple[Any, list]:
+        from rgpt_dist.thinking.loader import ThinkingLoader, validation_batches
+        d, t = cfg.data, cfg.train
+        train = ThinkingLoader(d.task, t.micro_batch_size, t.global_batch_size, dp, dp_rank)
+        evaluate = bool(cfg.eval.every_steps)
+        return train, validation_batches(d.task, t.micro_batch_size, dp, dp_rank) if evaluate else []
+
+
+SUITE = ThinkingSuite()
