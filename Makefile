@@ -6,9 +6,13 @@ PIP     := $(PY) -m pip
 STAMP   := .venv/.installed
 export PYTHONHASHSEED := 0
 
-.PHONY: venv vocab test test-fast quickstart quickstart-eval compare compare-long compare-rt ablation phi algorithmic rlt thinking bench configs lock clean
+.PHONY: help venv vocab test test-fast quickstart quickstart-eval compare compare-long compare-rt ablation phi algorithmic rlt thinking bench configs lock clean
 
-venv: $(STAMP)
+.DEFAULT_GOAL := help
+help:  ## this list (plain `make` prints it too)
+	@grep -E '^[a-z][a-z-]*:.*## ' $(firstword $(MAKEFILE_LIST)) | sed -E 's/^([a-z-]+):.*## /\1|/' | awk -F'|' '{printf "  make %-16s %s\n", $$1, $$2}'
+
+venv: $(STAMP)  ## install the pinned stack into .venv (constraints.txt)
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv .venv
@@ -18,13 +22,13 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 # The GPT-2 vocabulary, verified by sha256, into ~/.cache/rgpt-dist (from PyPI's openai-whisper sdist).
-vocab: venv
+vocab: venv  ## venv, and the GPT-2 vocabulary (sha256-checked, from PyPI)
 	.venv/bin/rgpt-prep --fetch-vocab
 
-test: vocab
+test: vocab  ## the whole suite, what CI runs (.ci/run)
 	TORCH_EXTENSIONS_DIR=$(CURDIR)/.venv/torch_extensions $(PY) -m pytest -q
 
-test-fast: vocab
+test-fast: vocab  ## the suite without the tests marked slow
 	$(PY) -m pytest -q -m "not slow"
 
 # The main job on the embedded default: tokenize the local CPython standard library (rgpt-prep),
@@ -33,7 +37,7 @@ test-fast: vocab
 # glibc malloc is told to keep freed memory (see docs/performance.md): about 1.5x faster on CPU.
 CPU_ENV := OMP_NUM_THREADS=1 MALLOC_MMAP_THRESHOLD_=34359738368 MALLOC_TRIM_THRESHOLD_=68719476736 \
            TORCH_EXTENSIONS_DIR=$(CURDIR)/.venv/torch_extensions
-quickstart: vocab
+quickstart: vocab  ## tokenize the embedded corpus, train a tiny RecurrentGPT on 2 CPU processes
 	test -f data/python-stdlib/manifest.json || \
 	  .venv/bin/rgpt-prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
 	rm -rf runs/quickstart
@@ -41,7 +45,7 @@ quickstart: vocab
 
 # Export the quickstart's checkpoint and evaluate it: early-exit curve, every Appendix E analysis (report.html) and the
 # bundled lm-eval task over depths; outputs in eval/quickstart (shown in README.md).
-quickstart-eval: vocab
+quickstart-eval: vocab  ## export the quickstart checkpoint; early-exit curve, Appendix E, lm-eval
 	.venv/bin/rgpt-export runs/quickstart exports/quickstart --overwrite
 	$(CPU_ENV) .venv/bin/rgpt-eval curve exports/quickstart --data data/python-stdlib --batches 10 --out eval/quickstart
 	$(CPU_ENV) .venv/bin/rgpt-eval diagnostics exports/quickstart --all --data data/python-stdlib --batches 4 --out eval/quickstart
@@ -49,7 +53,7 @@ quickstart-eval: vocab
 
 # Table 1 at CPU scale (#14): every model of a scaled-down small isoFLOPs cell on the embedded corpus,
 # the same tokens for all, a second seed of RecurrentGPT; the table and plot in runs/compare (~11 min).
-compare: vocab
+compare: vocab  ## the six models of one scaled-down Table 1 cell, and the report
 	test -f data/python-stdlib/manifest.json || \
 	  .venv/bin/rgpt-prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
 	$(CPU_ENV) $(PY) launcher/compare.py --data data/python-stdlib --out runs/compare
@@ -59,7 +63,7 @@ compare: vocab
 # on 2 cores (measured 2026-12-05). A killed run resumes from its checkpoint (every 50 steps); a
 # finished one is recorded in results/compare-long (commit it) and not trained again on any machine:
 # run it again until it ends.
-compare-long: vocab
+compare-long: vocab  ## compare at 10x the tokens, two seeds per model (hours; resumes)
 	test -f data/python-stdlib/manifest.json || \
 	  .venv/bin/rgpt-prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
 	$(CPU_ENV) $(PY) launcher/compare.py --preset long --data data/python-stdlib --out runs/compare-long \
@@ -67,12 +71,12 @@ compare-long: vocab
 
 # The layerwise Recurrent Transformer against the dense model at CPU scale (#27, docs/families.md): dense 4 x 64
 # against RT 2 x 90 at equal non-embedding parameters, make compare's recipe, two seeds each; runs/compare-rt.
-compare-rt: vocab
+compare-rt: vocab  ## the Recurrent Transformer against its dense partner, two seeds
 	test -f data/python-stdlib/manifest.json || \
 	  .venv/bin/rgpt-prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
 	$(CPU_ENV) $(PY) launcher/compare.py --study rt --data data/python-stdlib --out runs/compare-rt
 
-ablation: vocab
+ablation: vocab  ## the paper's sequential component ablation at CPU scale
 	test -f data/python-stdlib/manifest.json || \
 	  .venv/bin/rgpt-prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
 	$(CPU_ENV) $(PY) launcher/ablation.py --data data/python-stdlib --out runs/ablation
@@ -80,7 +84,7 @@ ablation: vocab
 # The looped scaling law at CPU scale (#26, docs/evaluation.md): 27 tiny iso-depth RecurrentGPT runs
 # (1 + r x (4/r) + 1, r in {1, 2, 4}, widths 32/48/64, three FLOPs budgets) through the real trainer,
 # then rgpt-eval phi into runs/phi/fit. A pipeline check with its interval, not a measurement of phi.
-phi: vocab
+phi: vocab  ## the looped scaling law's iso-depth sweep at CPU scale, and the fit of phi
 	test -f data/python-stdlib/manifest.json || \
 	  .venv/bin/rgpt-prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
 	$(CPU_ENV) $(PY) launcher/phi.py --data data/python-stdlib --out runs/phi
@@ -106,7 +110,7 @@ ALGO_TASK = for seed in 42 43 44; do run=$(ALGO_RUNS)/$(1)-rlt-transformer-debug
 	  $(CPU_ENV) $(PY) launcher/algo.py train $(1) --model rlt-transformer-debug --seed $$seed --out $$run --nproc 1 \
 	    $(ALGO_CPU) > $$run.log 2>&1 && $(CPU_ENV) $(PY) launcher/algo.py eval $$run $(ALGO_EVAL) >> $$run.log 2>&1 \
 	    || { echo "$(1) seed $$seed failed: see $$run.log"; exit 1; }; echo "$(1) seed $$seed done"; done
-algorithmic: venv
+algorithmic: venv  ## parity and s5_swaps with the debug Transformer, three seeds each: train, evaluate, table
 	mkdir -p $(ALGO_RUNS)
 	($(call ALGO_TASK,parity)) & a=$$!; ($(call ALGO_TASK,s5_swaps)) & b=$$!; wait $$a; ra=$$?; wait $$b && test $$ra = 0
 	$(PY) launcher/algo.py table $(ALGO_RUNS)/{parity,s5_swaps}-rlt-transformer-debug-s4[234]/eval/eval.json \
@@ -131,7 +135,7 @@ RLT_RUN = run=$(RLT_RUNS)/parity-$(1)-s$(2); \
 RLT_LANE = $(call RLT_RUN,rlt1-2+2,$(1),rlt-debug,) && $(call RLT_RUN,rlt1-3+1,$(2),rlt-debug,model.n_enc=3 model.n_dec=1) \
 	&& $(call RLT_RUN,rlt0-2+2,$(1),rlt-debug,model.feedback_interval=0) \
 	&& $(call RLT_RUN,transformer-4,$(2),rlt-transformer-debug,)
-rlt: venv
+rlt: venv  ## the RLT parity study at CPU scale (about 20 minutes)
 	mkdir -p $(RLT_RUNS)
 	($(call RLT_LANE,42,43)) & a=$$!; ($(call RLT_LANE,43,42)) & b=$$!; wait $$a; ra=$$?; wait $$b && test $$ra = 0
 	$(PY) launcher/algo.py table $(RLT_RUNS)/parity-*-s4[23]/eval-last/eval.json --out $(RLT_RUNS)/table
@@ -148,18 +152,18 @@ THINK_RUN = run=$(THINK_RUNS)/graph-debug-s$(1); \
 	$(CPU_ENV) $(PY) launcher/think.py train graph --model thinking-graph-debug --seed $(1) --out $$run $(THINK_CPU) \
 	  > $$run.log 2>&1 && $(CPU_ENV) $(PY) launcher/think.py frontier $$run >> $$run.log 2>&1 \
 	  || { echo "graph seed $(1) failed: see $$run.log"; exit 1; }; echo "graph seed $(1) done"
-thinking: venv
+thinking: venv  ## the silent-thinking graph task's frontier at CPU scale (about 5 minutes)
 	mkdir -p $(THINK_RUNS)
 	($(call THINK_RUN,42)) & a=$$!; ($(call THINK_RUN,43)) & b=$$!; wait $$a; ra=$$?; wait $$b && test $$ra = 0
 	$(PY) launcher/think.py table $(THINK_RUNS)/graph-debug-s4[23]/frontier/frontier.json --out $(THINK_RUNS)/table
 
-bench: vocab
+bench: vocab  ## the CPU benchmarks (model, data, training and tensor-parallel throughput)
 	$(PY) benchmarks/model_throughput.py
 	$(PY) benchmarks/data_throughput.py
 	$(CPU_ENV) $(PY) benchmarks/train_throughput.py
 	$(CPU_ENV) $(PY) benchmarks/tensor_parallel.py
 
-configs: venv
+configs: venv  ## regenerate configs/models and configs/experiments from the specs and grids
 	$(PY) -c "from rgpt_dist.models.flavours import write_yaml; write_yaml('configs/models')"
 	$(PY) -c "from rgpt_dist.config.experiments import write_yaml; write_yaml('configs/experiments')"
 	$(PY) -c "from rgpt_dist.config.ablations import write_yaml; write_yaml('configs/experiments')"
@@ -167,11 +171,11 @@ configs: venv
 	$(PY) -c "from rgpt_dist.config.rt_grid import write_yaml; write_yaml('configs/experiments')"
 
 # Re-resolve every pin after changing pyproject.toml's dependencies (keeps torch at the CPU wheel).
-lock:
+lock:  ## re-resolve constraints.txt after changing pyproject.toml's dependencies
 	rm -rf /tmp/rgpt-lock && python3 -m venv /tmp/rgpt-lock
 	/tmp/rgpt-lock/bin/pip install --quiet -c <(echo torch==2.13.0) -e '.[test]'
 	/tmp/rgpt-lock/bin/pip uninstall --quiet -y torchvision
 	{ sed -n '/^#/p' constraints.txt; echo torch==2.13.0; /tmp/rgpt-lock/bin/pip freeze --exclude-editable | grep -v -E '^torch(vision)?=='; echo torchvision==0.28.0; } > constraints.new && mv constraints.new constraints.txt
 
-clean:
+clean:  ## remove .venv and build outputs
 	rm -rf .venv build *.egg-info .pytest_cache
