@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml constraints.txt
 
 # The GPT-2 vocabulary, verified by sha256, into ~/.cache/rgpt-dist (from PyPI's openai-whisper sdist).
 vocab: venv  ## venv, and the GPT-2 vocabulary (sha256-checked, from PyPI)
-	.venv/bin/rgpt-prep --fetch-vocab
+	.venv/bin/rgpt prep --fetch-vocab
 
 test: vocab  ## the whole suite, what CI runs (.ci/run)
 	TORCH_EXTENSIONS_DIR=$(CURDIR)/.venv/torch_extensions $(PY) -m pytest -q
@@ -39,23 +39,23 @@ CPU_ENV := OMP_NUM_THREADS=1 MALLOC_MMAP_THRESHOLD_=34359738368 MALLOC_TRIM_THRE
            TORCH_EXTENSIONS_DIR=$(CURDIR)/.venv/torch_extensions
 quickstart: vocab  ## tokenize the embedded corpus, train a tiny RecurrentGPT on 2 CPU processes
 	test -f data/python-stdlib/manifest.json || \
-	  .venv/bin/rgpt-prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
+	  .venv/bin/rgpt prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
 	rm -rf runs/quickstart
 	$(CPU_ENV) .venv/bin/torchrun --standalone --nproc_per_node 2 launcher/train.py configs/experiments/quickstart.yaml
 
 # Export the quickstart's checkpoint and evaluate it: early-exit curve, every Appendix E analysis (report.html) and the
 # bundled lm-eval task over depths; outputs in eval/quickstart (shown in README.md).
 quickstart-eval: vocab  ## export the quickstart checkpoint; early-exit curve, Appendix E, lm-eval
-	.venv/bin/rgpt-export runs/quickstart exports/quickstart --overwrite
-	$(CPU_ENV) .venv/bin/rgpt-eval curve exports/quickstart --data data/python-stdlib --batches 10 --out eval/quickstart
-	$(CPU_ENV) .venv/bin/rgpt-eval diagnostics exports/quickstart --all --data data/python-stdlib --batches 4 --out eval/quickstart
-	$(CPU_ENV) HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 .venv/bin/rgpt-eval lm-eval exports/quickstart --depths 0,1,4,8 --out eval/quickstart
+	.venv/bin/rgpt export runs/quickstart exports/quickstart --overwrite
+	$(CPU_ENV) .venv/bin/rgpt eval curve exports/quickstart --data data/python-stdlib --batches 10 --out eval/quickstart
+	$(CPU_ENV) .venv/bin/rgpt eval diagnostics exports/quickstart --all --data data/python-stdlib --batches 4 --out eval/quickstart
+	$(CPU_ENV) HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 .venv/bin/rgpt eval lm-eval exports/quickstart --depths 0,1,4,8 --out eval/quickstart
 
 # Table 1 at CPU scale (#14): every model of a scaled-down small isoFLOPs cell on the embedded corpus,
 # the same tokens for all, a second seed of RecurrentGPT; the table and plot in runs/compare (~11 min).
 compare: vocab  ## the six models of one scaled-down Table 1 cell, and the report
 	test -f data/python-stdlib/manifest.json || \
-	  .venv/bin/rgpt-prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
+	  .venv/bin/rgpt prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
 	$(CPU_ENV) $(PY) launcher/compare.py --data data/python-stdlib --out runs/compare
 
 # The long CPU study (#29, docs/evaluation.md): every model of the small cell at d = 128 on 10x make
@@ -65,7 +65,7 @@ compare: vocab  ## the six models of one scaled-down Table 1 cell, and the repor
 # run it again until it ends.
 compare-long: vocab  ## compare at 10x the tokens, two seeds per model (hours; resumes)
 	test -f data/python-stdlib/manifest.json || \
-	  .venv/bin/rgpt-prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
+	  .venv/bin/rgpt prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
 	$(CPU_ENV) $(PY) launcher/compare.py --preset long --data data/python-stdlib --out runs/compare-long \
 	  --record results/compare-long
 
@@ -73,12 +73,12 @@ compare-long: vocab  ## compare at 10x the tokens, two seeds per model (hours; r
 # against RT 2 x 90 at equal non-embedding parameters, make compare's recipe, two seeds each; runs/compare-rt.
 compare-rt: vocab  ## the Recurrent Transformer against its dense partner, two seeds
 	test -f data/python-stdlib/manifest.json || \
-	  .venv/bin/rgpt-prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
+	  .venv/bin/rgpt prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
 	$(CPU_ENV) $(PY) launcher/compare.py --study rt --data data/python-stdlib --out runs/compare-rt
 
 ablation: vocab  ## the paper's sequential component ablation at CPU scale
 	test -f data/python-stdlib/manifest.json || \
-	  .venv/bin/rgpt-prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
+	  .venv/bin/rgpt prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
 	$(CPU_ENV) $(PY) launcher/ablation.py --data data/python-stdlib --out runs/ablation
 
 # The looped scaling law at CPU scale (#26, docs/evaluation.md): 27 tiny iso-depth RecurrentGPT runs
@@ -86,7 +86,7 @@ ablation: vocab  ## the paper's sequential component ablation at CPU scale
 # then rgpt-eval phi into runs/phi/fit. A pipeline check with its interval, not a measurement of phi.
 phi: vocab  ## the looped scaling law's iso-depth sweep at CPU scale, and the fit of phi
 	test -f data/python-stdlib/manifest.json || \
-	  .venv/bin/rgpt-prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
+	  .venv/bin/rgpt prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
 	$(CPU_ENV) $(PY) launcher/phi.py --data data/python-stdlib --out runs/phi
 
 # The RLT paper's length-generalisation protocol at CPU scale (#24, docs/algorithmic.md): parity and

@@ -89,7 +89,7 @@ def plain_io(directory: Path, nbytes: int) -> tuple[float, float]:
 def measure(name: str, overrides: list[str], root: Path, sabotage: bool) -> dict:
     from rgpt_dist.parallel.reshard import layout_for
     from rgpt_dist.parallel.universal import KEY as UNIVERSAL, convert, universal_info
-    from rgpt_dist.train import checkpoint
+    from rgpt_dist.checkpoints import record as checkpoint  # its _sha256: what a save and a load hash with
     from rgpt_dist.train.checkpoint import CheckpointManager
 
     engine, cfg = engine_for(overrides)
