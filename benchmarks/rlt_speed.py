@@ -3,8 +3,9 @@
     .venv/bin/python benchmarks/rlt_speed.py                    # about 2 minutes (1 thread, micro-batch 32)
     .venv/bin/python benchmarks/rlt_speed.py --batch 8 --rounds 8   # a smaller batch: the loop weighs more
     .venv/bin/python benchmarks/rlt_speed.py --threads 4        # the paper's four threads (needs 4 free cores)
+    .venv/bin/python benchmarks/rlt_speed.py --quick            # a smoke run (tests/benchmarks)
 
-The issue-25 bar (the RLT paper, section 2.7 and J.10: "chunk4 training steps are 2.27 times as fast
+The bar (the RLT paper, section 2.7 and J.10: "chunk4 training steps are 2.27 times as fast
 as RLT-1, and RLT-0 steps 4.17-4.30 times as fast", seed-42 CPU timing at 4 + 4, four threads):
 the per-token loop must cost no more, relative to the parallel parts, than in the paper's
 implementation, i.e. our step-time ratios RLT-1 / RLT-2 <= 2.27 and RLT-1 / RLT-0 <= 4.17.
@@ -127,13 +128,17 @@ def report(runners: dict[str, Runner], med: dict[str, dict[str, float]], batch: 
     return ok
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batch", type=int, default=32, help="micro-batch (default 32, the paper's)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1; the paper ran 4: more threads "
                                                           "speed the parallel parts more than the per-token loop)")
     p.add_argument("--rounds", type=int, default=4, help="timed interleaved rounds after one warm-up (default 4)")
-    args = p.parse_args()
+    p.add_argument("--quick", action="store_true", help="a smoke run: micro-batch 4, one round (its ratios are "
+                                                        "not the bar's measurement)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.batch, args.rounds = 4, 1
     for name in ("batch", "threads", "rounds"):
         if getattr(args, name) < 1 or (name == "batch" and GLOBAL_BATCH % args.batch):
             p.exit(2, f"rlt_speed.py: --{name}={getattr(args, name)} must be a positive integer"
