@@ -75,7 +75,7 @@ RUN pip install -c /opt/rgpt-dist/constraints-cuda.txt --no-deps -e . \
 # rgpt_dist.data.tokenizer.fetch_vocab), read-only in the image; found offline at run time through RGPT_GPT2_VOCAB.
 ENV RGPT_CACHE_DIR=/opt/rgpt-dist/cache \
     RGPT_GPT2_VOCAB=/opt/rgpt-dist/cache/gpt2.tiktoken
-RUN rgpt-prep --fetch-vocab \
+RUN rgpt prep --fetch-vocab \
     && chmod -R a+rX /opt/rgpt-dist \
     && python -c "from rgpt_dist.data.tokenizer import get_encoding; assert get_encoding().encode('Hello world') == [15496, 995]" \
     && rm -rf /tmp/data-gym-cache

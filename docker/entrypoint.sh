@@ -46,8 +46,8 @@ if [[ $# -eq 0 ]]; then
 rgpt-dist image: give a command. From /workspace (mount data/ and runs/ there):
   torchrun --nproc_per_node 8 launcher/train.py configs/experiments/<cell>.yaml [key=value ...]
   deepspeed --num_gpus 8 launcher/train.py configs/experiments/<cell>.yaml [key=value ...]
-  rgpt-prep INPUTS --out data/NAME --seq-len 1024     (rgpt-prep --help)
-  rgpt-flops | rgpt-export | rgpt-eval                 (each with --help)
+  rgpt train configs/experiments/<cell>.yaml --nproc 8  (prints the torchrun command it runs)
+  rgpt prep INPUTS --out data/NAME --seq-len 1024      (rgpt --help: every verb)
   python -m pytest -p no:cacheprovider -q -m "not slow"   (the test suite)
   bash                                                 (a shell; docker run -it)
 See docs/docker.md.

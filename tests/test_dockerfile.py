@@ -153,12 +153,12 @@ def test_python_and_base_torch_are_checked_before_installing():
 
 def test_vocabulary_is_fetched_and_verified_by_the_project_code():
     cmds = run_commands()
-    assert "rgpt-prep --fetch-vocab" in cmds
+    assert "rgpt prep --fetch-vocab" in cmds
     values = env()
     cache = values["RGPT_CACHE_DIR"]
     assert values["RGPT_GPT2_VOCAB"] == f"{cache}/gpt2.tiktoken"  # where fetch_vocab() writes it
     text = DOCKERFILE.read_text()
-    assert text.index("RGPT_CACHE_DIR=") < text.index("rgpt-prep --fetch-vocab")
+    assert text.index("RGPT_CACHE_DIR=") < text.index("rgpt prep --fetch-vocab")
     # fetch_vocab checks the sha256 itself (the image relies on it, adds no hash of its own).
     import inspect
 

@@ -3,11 +3,11 @@
 Each family's config class lives in its folder (rgpt_dist/models/<family>/config.py); the registered
 ones are also reachable here by class name (`from rgpt_dist.config import RecurrentGPTConfig`).
 """
-from rgpt_dist.sections import ConfigError, Section, field_docs, from_dict
 from rgpt_dist.config.experiment import Config, load_config
-from rgpt_dist.models.flavours import DENSE_REFERENCE, FLAVOURS, flavour
-from rgpt_dist.models.config import LoopedConfig, ModelConfig
 from rgpt_dist.config.train import TrainConfig
+from rgpt_dist.models.config import LoopedConfig, ModelConfig
+from rgpt_dist.models.flavours import DENSE_REFERENCE, FLAVOURS, flavour
+from rgpt_dist.sections import ConfigError, Section, field_docs, from_dict
 
 
 def __getattr__(name: str):

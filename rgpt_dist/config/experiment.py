@@ -7,13 +7,13 @@ from typing import Any
 
 import yaml
 
-from rgpt_dist.sections import (ConfigError, Section, apply_overrides, from_dict, nonfinite_fields, parse_override,
-                                   read_yaml)
-from rgpt_dist.models.flavours import FLAVOURS, flavour
-from rgpt_dist.models.config import MAX_BLOCKS, ModelConfig
 from rgpt_dist.config.run import CheckpointConfig, DataConfig, EvalConfig, LogConfig, ParallelConfig
 from rgpt_dist.config.train import TrainConfig
+from rgpt_dist.models.config import MAX_BLOCKS, ModelConfig
+from rgpt_dist.models.flavours import FLAVOURS, flavour
 from rgpt_dist.models.spec import spec_for
+from rgpt_dist.sections import (ConfigError, Section, apply_overrides, from_dict, nonfinite_fields, parse_override,
+                                read_yaml)
 
 
 @dataclasses.dataclass
