@@ -122,11 +122,9 @@ def global_grad_norm(parameters, mpu=None) -> float:
 
 @torch.no_grad()
 def clip_gradients(parameters, norm: float, max_norm: float) -> None:
-    """Scale every gradient by max_norm / (norm + 1e-6) where that is below 1 (torch's and
-    DeepSpeed's rule), given the global `norm` (global_grad_norm). A non-finite norm leaves the
-    gradients alone: the step is skipped on every rank (SkipNonFiniteAdamW)."""
-    if max_norm > 0 and math.isfinite(norm) and norm + 1e-6 > max_norm:
-        scale = max_norm / (norm + 1e-6)
-        for p in parameters:
-            if p.grad is not None:
-                p.grad.mul_(scale)
+    """Scale every gradient by min(1, max_norm / (norm + 1e-6)) (torch's and DeepSpeed's rule) given
+    the global `norm` (global_grad_norm), through torch's clip_grads_with_norm_ (one foreach multiply
+    per device and dtype). max_norm 0 is no clipping; a non-finite norm leaves the gradients alone:
+    the step is skipped on every rank (SkipNonFiniteAdamW)."""
+    if max_norm > 0 and math.isfinite(norm):
+        torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, torch.tensor(norm, dtype=torch.float64))
