@@ -248,17 +248,23 @@ def _own_scores(hf_dir: Path, run: dict, limit: int | None, device: str, remote_
 
 def grid(args, out: Path) -> None:
     from rgpt_dist.eval.grid import summarize, write_table
+    from rgpt_dist.studies.ablation.table import markdown as ablation_markdown
 
     rows = summarize(args.runs_dir)
     paths = write_table(rows, out)
+    ablations = ablation_markdown(rows)  # the ablation runs among them: their own tables
+    if ablations is not None:
+        (out / "ablations.md").write_text(ablations)
+        paths.append(out / "ablations.md")
     print((out / "grid.md").read_text())
     print(f"wrote {', '.join(str(Path(args.out) / p.name) for p in paths)}")
 
 
 def phi(args, out: Path) -> None:
     from rgpt_dist.eval.phi.analysis import analyse, groups_of
+    from rgpt_dist.studies.phi.grid import study_groups
 
-    groups = groups_of(args.runs, args.group, args.study)
+    groups = study_groups(args.runs, args.group, args.study) if args.study else groups_of(args.runs, args.group)
     summary = analyse(groups, out, restarts=args.restarts, samples=args.bootstrap, seed=args.seed)
     print(summary)
 

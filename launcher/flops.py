@@ -25,7 +25,7 @@ import math
 import sys
 
 from rgpt_dist.config import DENSE_REFERENCE, FLAVOURS, ConfigError, load_config
-from rgpt_dist.config.experiments import (BUDGETS, FLOP_MATCHED, flop_matched_cells, flop_matched_steps,
+from rgpt_dist.studies.compare.grid import (BUDGETS, FLOP_MATCHED, flop_matched_cells, flop_matched_steps,
                                           trained_flavours)
 from rgpt_dist.flops import gpu_hours, report, solve_isoflops, total_train_flops
 from rgpt_dist.models.spec import spec_for

@@ -7,10 +7,12 @@
     rgpt flops recurrentgpt-large-isoflops                                         # parameters and FLOPs
     rgpt algo train parity --model rlt-debug --seed 42 --out runs/parity            # the algorithmic suite
     rgpt think train graph --model thinking-graph-debug --seed 42 --out runs/graph  # silent thinking
+    rgpt study compare run --data data/python-stdlib --out runs/compare          # a study: train, report
 
-`rgpt VERB --help` prints the verb's own help, with its examples. The verbs other than `train` are
-the former `rgpt-prep`, `rgpt-export`, `rgpt-eval`, `rgpt-flops`, `rgpt-algo` and `rgpt-think`,
-which still work for this release and say so on stderr. On a SLURM cluster, `sbatch slurm/*.sh`
+`rgpt VERB --help` prints the verb's own help, with its examples. The verbs other than `train` and
+`study` are the former `rgpt-prep`, `rgpt-export`, `rgpt-eval`, `rgpt-flops`, `rgpt-algo` and `rgpt-think`,
+which still work for this release and say so on stderr (as do `launcher/compare.py`, `phi.py` and
+`ablation.py`, now `rgpt study`). On a SLURM cluster, `sbatch slurm/*.sh`
 starts training (docs/cluster.md).
 """
 from __future__ import annotations
@@ -22,6 +24,8 @@ import shlex
 import sys
 from typing import Callable
 
+from rgpt_dist import progress
+
 # verb -> ("module:function" taking argv, one line for `rgpt --help`)
 VERBS: dict[str, tuple[str, str]] = {
     "train": ("launcher.rgpt:train", "train a config on this node (torchrun or the deepspeed launcher)"),
@@ -31,6 +35,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "flops": ("launcher.flops:main", "parameters and FLOPs per flavour; solve a shape for a FLOPs budget"),
     "algo": ("rgpt_dist.algorithmic.cli:main", "the algorithmic suite: train, evaluate over lengths, tables"),
     "think": ("rgpt_dist.thinking.cli:main", "silent thinking: train, the computational frontier, tables"),
+    "study": ("launcher.study:main", "the studies: compare, ablation, phi, rt-compare, rlt, thinking ... run|report|grid"),
 }
 
 
@@ -44,9 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rgpt", description=__doc__.split("\n", 1)[0],
                                      epilog=f"verbs:\n{verbs}\n\nexamples:\n{__doc__.split(chr(10), 2)[2]}",
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress bars (they are drawn only on a terminal anyway), here and in what it starts")
     parser.add_argument("verb", choices=VERBS, metavar="VERB", help="one of: " + ", ".join(VERBS))
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the verb's own arguments (rgpt VERB --help)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.quiet:
+        progress.quiet()
     return _entry(args.verb)(args.args)
 
 

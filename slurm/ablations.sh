@@ -1,5 +1,5 @@
 #!/bin/bash
-# The paper's ablations and sensitivity sweeps (rgpt_dist/config/ablations.py): one array task per run.
+# The paper's ablations and sensitivity sweeps (rgpt_dist/studies/ablation/grid.py): one array task per run.
 #   mkdir -p logs && sbatch slurm/ablations.sh                 # every run
 #   sbatch --array=0-4 slurm/ablations.sh                      # Fig. 5's rows only (tasks below)
 # Every setting and environment override: docs/cluster.md. Shared logic: slurm/common.sh. The longest

@@ -76,9 +76,9 @@ if [[ "$BUDGETED" == 1 ]]; then
     WHY="for model $MODEL at budget $BUDGET (BUDGET must be 20k or 40k)"
 else
     NAME=$MODEL BUDGET="(the config's)"
-    WHY="(run make configs)"
+    WHY="(regenerate the grid: rgpt study <name> grid)"
 fi
-CONFIG="$RGPT_CONFIG_DIR/$NAME.yaml"
+CONFIG="$RGPT_CONFIG_DIR/${CONFIG_SUBDIR:+$CONFIG_SUBDIR/}$NAME.yaml"  # CONFIG_SUBDIR: a grid's own folder (phi)
 RUN_DIR="$RGPT_RUNS/$NAME"
 if [[ ! -f "$CONFIG" ]]; then
     echo "no config $CONFIG $WHY" >&2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rgpt_dist.eval.markdown import cell
+from rgpt_dist.markdown import cell
 
 TASK_TITLES = {"addition": "Addition", "parity": "Parity", "mod5_flat": "Mod 5, no brackets",
                "mod5_brackets": "Mod 5, brackets", "s5_standard": "S5, standard", "s5_swaps": "S5, swaps"}
@@ -30,7 +30,7 @@ def fmt(mean: float | None, sd: float | None) -> str:
 
 
 def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    """A markdown table, every cell escaped (rgpt_dist.eval.markdown.cell)."""
+    """A markdown table, every cell escaped (rgpt_dist.markdown.cell)."""
     lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
     return lines + ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
 

@@ -36,6 +36,7 @@ from rgpt_dist.algorithmic import TaskError, get_task, heldout_batches, make_bat
 from rgpt_dist.algorithmic.capped import capped
 from rgpt_dist.algorithmic.metrics import Counts, count, primary_metric
 from rgpt_dist.train.metrics import read_metrics
+from rgpt_dist.progress import bar
 
 TAG_PREFIX = "step_"
 BEST_FILE = "best.json"
@@ -244,7 +245,8 @@ def evaluate_run(run_dir: str | Path, lengths=None, limit: int | None = None, ba
         c = score(model, _batches(task, "val", n, limit, batch_size), device)
         val["pooled" if n is None else str(n)] = c.to_dict()
         pooled = pooled + c
-    test = {str(n): score(model, _batches(task, "test", n, limit, batch_size), device).to_dict() for n in grid}
+    test = {str(n): score(model, _batches(task, "test", n, limit, batch_size), device).to_dict()
+            for n in bar(grid, desc=f"{task.name} test lengths", unit="length")}
     label, record = model_label(run_dir, config)
     metric = primary_metric(task.name)
     trained = capped(task, int((config.get("data") or {}).get("task_train_max") or 0)).train_lengths  # the run's grid
@@ -274,7 +276,7 @@ def load_model(tag_dir: Path, device: str, trust: bool):
 
 def write_eval(result: dict, out: Path) -> Path:
     """out/eval.json, strict JSON (NaN/inf as null)."""
-    from rgpt_dist.eval.strict_json import dumps
+    from rgpt_dist.strict_json import dumps
 
     path = Path(out) / "eval.json"
     path.write_text(dumps(result, indent=1) + "\n")

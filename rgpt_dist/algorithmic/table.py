@@ -32,7 +32,7 @@ import numpy as np
 from rgpt_dist.algorithmic import paper_tables
 from rgpt_dist.algorithmic.cells import TASK_TITLES, TableError, fmt, md_table, mean_sd, stat_cell  # noqa: F401 (fmt: re-exported)
 from rgpt_dist.algorithmic.metrics import CHANCE, METRIC_NAMES, METRICS, PRIMARY
-from rgpt_dist.eval.strict_json import dumps
+from rgpt_dist.strict_json import dumps
 
 TASK_ORDER = ("addition", "parity", "mod5_flat", "mod5_brackets", "s5_standard", "s5_swaps")
 _REQUIRED = ("task", "model", "seed", "test", "validation", "primary_metric")

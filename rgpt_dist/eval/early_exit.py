@@ -18,10 +18,11 @@ import torch
 
 from rgpt_dist.data.index import DatasetError
 from rgpt_dist.data.samples import read_token_samples
-from rgpt_dist.eval import strict_json
+from rgpt_dist import strict_json
 from rgpt_dist.eval.finite import nonfinite_weights
 from rgpt_dist.flops import executed_forward_flops, forward_flops, head_flops
 from rgpt_dist.models.spec import spec_for
+from rgpt_dist.progress import bar
 
 
 def val_batches(paths: list[str], split: str, batch_size: int, max_batches: int,
@@ -81,7 +82,7 @@ def early_exit_curve(model: torch.nn.Module, batches: list, depths: list[int] | 
         depths = [None]
     totals = torch.zeros(len(depths), dtype=torch.float64)
     tokens = 0
-    for x, y in batches:
+    for x, y in bar(batches, desc="evaluation batches", unit="batch"):
         if recurrent:  # exit_losses: (r_max + 1,) mean loss of every exit 0..r_max
             exits = model(x, y, r=max(depths), all_exits=True).aux["exit_losses"].double().cpu()
             losses = exits[torch.tensor(depths)]

@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from rgpt_dist.config import FLAVOURS, load_config
-from rgpt_dist.eval import strict_json
-from rgpt_dist.eval.ablation_table import markdown as ablation_markdown
-from rgpt_dist.eval import markdown as mdtext
+from rgpt_dist import strict_json
+from rgpt_dist import markdown as mdtext
 from rgpt_dist.flops import compute_flags, report
 from rgpt_dist.models.spec import families, spec_for
 
@@ -288,15 +287,12 @@ def _order(row: dict[str, Any]) -> tuple:
 
 
 def write_table(rows: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:
-    """grid.md, grid.csv and grid.json in out_dir (created), and ablations.md where ablation runs are
-    among the rows (rgpt_dist.eval.ablation_table); returns their paths."""
+    """grid.md, grid.csv and grid.json in out_dir (created); returns their paths. (The ablation runs'
+    own tables, ablations.md: rgpt_dist.studies.ablation.table, written by `rgpt eval grid`.)"""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     md, csv_path, js = out_dir / "grid.md", out_dir / "grid.csv", out_dir / "grid.json"
     md.write_text(markdown(rows))
-    ablations = ablation_markdown(rows)
-    if ablations is not None:
-        (out_dir / "ablations.md").write_text(ablations)
     with open(csv_path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
@@ -304,7 +300,7 @@ def write_table(rows: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:
             flat = {**row, "early_exit": row.get("early_exit_str"), "flags": "; ".join(row.get("flags") or [])}
             writer.writerow({k: "" if v is None else v for k, v in flat.items()})
     js.write_text(strict_json.dumps(rows, indent=2) + "\n")
-    return [md, csv_path, js] + ([out_dir / "ablations.md"] if ablations is not None else [])
+    return [md, csv_path, js]
 
 
 _HEADER = ["Model", "Config", "Layers", "Budget", "FLOPs/token fwd", "FLOPs/token train", "Params (non-emb.)",

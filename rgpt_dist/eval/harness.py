@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rgpt_dist.eval import strict_json
+from rgpt_dist import strict_json
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 EXAMPLE_TASK = "rgpt_example"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from rgpt_dist.eval import strict_json
+from rgpt_dist import strict_json
 from rgpt_dist.models.spec import spec_for
 
 

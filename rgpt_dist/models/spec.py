@@ -82,7 +82,7 @@ class FamilySpec:
     compute_matching: ClassVar[str] = ""
     """How the grid offers this family at its cell's dense training compute (`rgpt-eval grid`, issue #29):
     "" none; "tokens": the same layout trained on more tokens, steps raised until its training FLOPs
-    equal the dense model's (rgpt_dist.config.experiments.flop_matched_steps; MoR's own comparison)."""
+    equal the dense model's (rgpt_dist.studies.compare.grid.flop_matched_steps; MoR's own comparison)."""
     language_model: ClassVar[bool] = True
     """False for a task model (TASK_MODEL_MODULES): built, validated and trained like a family, but
     not one of `families()` (no Table 1 row, no generation or export)."""

@@ -1,9 +1,12 @@
-"""CPU presets and the launch of a study's runs: one torchrun per run, through `-m launcher.train`
-(the module, never a script path), from the checkout (grid configs are named relative to it).
-No torch import."""
+"""CPU presets and the launch of a study's runs: each run's commands in one process from the
+checkout (grid configs are named relative to it); a language model's through torchrun and
+`-m launcher.train` (the module, never a script path). No torch import."""
 from __future__ import annotations
 
+import contextlib
 import os
+import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -12,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rgpt_dist.models.spec import spec_for
+from rgpt_dist.progress import bar
 
 ROOT = Path(__file__).resolve().parents[2]
 """The checkout: configs/experiments/ and the launcher package."""
@@ -59,31 +63,64 @@ def train_command(config: str, overrides: list[str], nproc: int) -> list[str]:
             "-m", "launcher.train", config, *overrides]
 
 
-def train_runs(runs: list, args_of, nproc: int = 2, jobs: int = 1, on_end=None) -> list[str]:
-    """Trains each run (`.name`, `.config` relative to the checkout) with the overrides args_of(run),
-    `jobs` runs at a time (each on nproc processes); prints one line per run as it ends and calls
-    on_end(run, wall_s, returncode); returns the names of those that failed, whose
-    stderr's tail is printed (the others still run). A finished run is kept, an interrupted one
-    resumes (the trainer's own rules)."""
+def run_all(runs: list, commands_of, jobs: int = 1, log_dir: str | Path | None = None,
+            on_end=None) -> list[str]:
+    """Runs each run's commands (commands_of(run): argv lists, in sequence, stopping at the first that
+    fails) from the checkout, `jobs` runs at a time; prints one line per run as it ends, with a progress
+    bar over the runs on a terminal, and calls on_end(run, wall_s, returncode); returns the names of
+    those that failed, whose output's tail is printed (the others still run). Each run's output goes to
+    log_dir/<name>.log (appended: a resumed run keeps its first launch's), or a temporary file."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
     failed: list[str] = []
     pending, running = list(runs), []
-    while pending or running:
-        while pending and len(running) < jobs:
-            run, err = pending.pop(0), tempfile.TemporaryFile("w+")  # a file: a full pipe would block the run
-            proc = subprocess.Popen(train_command(run.config, args_of(run), nproc), cwd=ROOT, env=env,
-                                    stdout=subprocess.DEVNULL, stderr=err, text=True)
-            running.append((run, proc, err, time.perf_counter()))
-        run, proc, err, start = running.pop(0)  # the oldest first: a study's runs are of similar length
-        with err:
-            proc.wait()
-            wall_s = time.perf_counter() - start
-            status = "done" if proc.returncode == 0 else f"FAILED ({proc.returncode})"
-            print(f"{run.name}: {status} in {wall_s:.0f} s", flush=True)
-            if on_end is not None:
-                on_end(run, wall_s, proc.returncode)
-            if proc.returncode != 0:
-                failed.append(run.name)
-                err.seek(0)
-                print(err.read()[-3000:], file=sys.stderr)
+    with bar(total=len(runs), desc="runs", unit="run") as progress, _stopping(running):
+        while pending or running:
+            while pending and len(running) < jobs:
+                run = pending.pop(0)
+                running.append((run, _start(run, commands_of(run), env, log_dir), time.perf_counter()))
+            run, (proc, log), start = running[0]  # the oldest first: a study's runs are of similar length
+            with log:
+                returncode = proc.wait()
+                running.pop(0)
+                wall_s = time.perf_counter() - start
+                status = "done" if returncode == 0 else f"FAILED ({returncode})"
+                progress.write(f"{run.name}: {status} in {wall_s:.0f} s")
+                progress.update(1)
+                sys.stdout.flush()
+                if on_end is not None:
+                    on_end(run, wall_s, returncode)
+                if returncode != 0:
+                    failed.append(run.name)
+                    log.seek(0)
+                    print(log.read()[-3000:], file=sys.stderr)
     return failed
+
+
+@contextlib.contextmanager
+def _stopping(running: list):
+    """On the way out through an exception (Ctrl-C; SIGTERM where the command turns it into SystemExit)
+    every running run's process group is terminated: a run is its own session, so its torchrun and
+    ranks go with it instead of training on unseen (each saves at the signal: the trainer's rules)."""
+    try:
+        yield
+    except BaseException:
+        for _, (proc, _log), _ in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for _, (proc, _log), _ in running:
+            proc.wait()
+        raise
+
+
+def _start(run, commands: list[list[str]], env: dict[str, str], log_dir):
+    """One process for the run: its commands joined by && in a shell (each word quoted), its output
+    to a file (a full pipe would block the run)."""
+    if log_dir is not None:
+        Path(log_dir).mkdir(parents=True, exist_ok=True)
+        log = open(Path(log_dir) / f"{run.name}.log", "a+", encoding="utf-8")
+    else:
+        log = tempfile.TemporaryFile("w+")
+    script = " && ".join(shlex.join(cmd) for cmd in commands)
+    proc = subprocess.Popen(["/bin/sh", "-c", script], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    return proc, log

@@ -56,19 +56,22 @@ def train_seconds(metrics: str | Path) -> float:
     return seconds
 
 
-def save(run_dir: str | Path, record_dir: str | Path, *, data_dir: str | Path) -> Path:
-    """Copies a finished run's config.yaml and metrics.jsonl into record_dir (each file atomically,
-    record.json last: a record without it is incomplete and ignored) with the summed wall time of
-    its launches (LAUNCHES; a launch killed with the launcher itself is not in it) and its time in
-    training steps (train_seconds), and returns record_dir."""
+def save(run_dir: str | Path, record_dir: str | Path, *, data_dir: str | Path | None,
+         files: tuple[str, ...] = RECORD_FILES) -> Path:
+    """Copies a finished run's `files` (paths inside the run directory: config.yaml, metrics.jsonl and
+    what its report reads) into record_dir (each file atomically, record.json last: a record without
+    it is incomplete and ignored) with the summed wall time of its launches (LAUNCHES; a launch killed
+    with the launcher itself is not in it), its time in training steps (train_seconds) and the
+    dataset's fingerprint (None for generated tasks), and returns record_dir."""
     run_dir, record_dir = Path(run_dir), Path(record_dir)
-    launches = [json.loads(line) for line in (run_dir / LAUNCHES).read_text().splitlines() if line.strip()]
-    record_dir.mkdir(parents=True, exist_ok=True)
-    for name in RECORD_FILES:
+    tally = run_dir / LAUNCHES
+    launches = [json.loads(line) for line in tally.read_text().splitlines() if line.strip()] if tally.is_file() else []
+    for name in files:
+        (record_dir / name).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(record_dir / name, (run_dir / name).read_bytes())
     meta = {"run": run_dir.name, "wall_s": round(sum(x["wall_s"] for x in launches), 1), "launches": len(launches),
             "train_s": round(train_seconds(run_dir / "metrics.jsonl"), 1),
-            "data_sha256": fingerprint(data_dir),
+            "data_sha256": None if data_dir is None else fingerprint(data_dir),
             "finished_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
             "cpus": os.cpu_count()}
     atomic_write_text(record_dir / "record.json", json.dumps(meta, indent=1) + "\n")

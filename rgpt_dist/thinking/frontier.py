@@ -26,8 +26,9 @@ import numpy as np
 
 from rgpt_dist.algorithmic.evaluate import load_model, model_label, run_config, select_checkpoint, select_last
 from rgpt_dist.algorithmic.table import fmt, mean_sd
-from rgpt_dist.eval.strict_json import dumps
+from rgpt_dist.strict_json import dumps
 from rgpt_dist.thinking.tasks import TASKS, ThinkingTaskError, bucket, collate
+from rgpt_dist.progress import bar
 
 EVAL_BATCH = 100
 
@@ -76,7 +77,7 @@ def frontier_run(run_dir: str | Path, difficulties=None, steps=None, n: int | No
     model, step = load_model(selection.tag_dir, device, trust)
     correct = np.zeros((len(difficulties), len(step_grid)), dtype=np.int64)
     with torch.no_grad():
-        for i, d in enumerate(difficulties):
+        for i, d in enumerate(bar(difficulties, desc=f"{name} frontier rows", unit="difficulty")):
             examples = bucket(task, "test", d, n)
             for start in range(0, n, batch_size):
                 x = collate(task, examples[start:start + batch_size], task.max_len).to(device)

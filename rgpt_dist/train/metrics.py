@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -23,6 +24,7 @@ import torch
 
 from rgpt_dist.config.experiment import Config
 from rgpt_dist.durable import atomic_write_text, fsync_dir, open_regular
+from rgpt_dist.progress import bar
 
 # Dense bf16 tensor-core peaks (FLOP/s) by device-name substring, for MFU on GPUs.
 GPU_PEAK_BF16 = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12, "L40S": 362e12, "A10G": 125e12}
@@ -140,7 +142,7 @@ class MetricsSink:
     def __init__(self, cfg: Config, is_main: bool):
         self.is_main = is_main
         self.path = Path(cfg.log.run_dir) / "metrics.jsonl"
-        self.wandb = None
+        self.wandb, self.bar = None, None
         if not is_main:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -190,8 +192,24 @@ class MetricsSink:
             self.wandb.log({k: v for k, v in clean.items() if isinstance(v, (int, float)) and v is not None},
                            step=record["step"])
         if console:
-            print(console, flush=True)
+            if self.bar is not None and not self.bar.disable:
+                self.bar.write(console, file=sys.stdout)  # above the bar, which is redrawn below it
+            else:
+                print(console, flush=True)
+
+    def start_progress(self, done: int, total: int) -> None:
+        """A progress bar over the optimizer steps on rank 0 (rgpt_dist.progress: a terminal only)."""
+        if self.is_main:
+            self.bar = bar(total=total, desc="steps", unit="step")
+            self.bar.update(done)
+
+    def advance(self) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
 
     def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
         if self.wandb is not None:
             self.wandb.finish()

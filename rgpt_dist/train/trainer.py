@@ -269,9 +269,11 @@ class Trainer:
         self._data = self._batches()
         tokens_per_step = cfg.train.global_batch_size * self.seq_len
         window_t, window = time.perf_counter(), [0, 0.0, 0.0]  # steps, model FLOPs, hardware FLOPs
+        self.sink.start_progress(self.step, cfg.train.max_steps)
         while self.step < cfg.train.max_steps:
             record = self.train_step()
             self.step += 1  # optimizer steps completed; records carry this number
+            self.sink.advance()
             self.tokens += tokens_per_step
             record["step"] = self.step
             window = [a + b for a, b in zip(window, (1, *self._step_flops(record["r"])))]

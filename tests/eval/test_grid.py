@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rgpt_dist.config import load_config
-from rgpt_dist.config.experiments import grid, write_yaml
+from rgpt_dist.studies.compare.grid import grid, write_yaml
 from rgpt_dist.eval.grid import FAILED, FINISHED, RUNNING, markdown, summarize, summarize_run, write_table
 from rgpt_dist.flops import paper_table1, forward_flops, param_count, train_flops
 
@@ -211,8 +211,8 @@ def test_module_imports_without_torch():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
 
 
-def test_ablation_runs_get_their_own_tables_with_deltas(tmp_path):
-    """rgpt-eval grid on ablation runs (rgpt_dist.config.ablations' names) and the main grid's runs
+def test_ablation_runs_get_their_own_tables_with_deltas(tmp_path, capsys):
+    """rgpt-eval grid on ablation runs (rgpt_dist.studies.ablation.grid' names) and the main grid's runs
     they reuse: Fig. 5's rows each against the row it builds on ('4b' against '3', like '4') and the
     dense baseline; a sweep against its default; the seeds' mean and spread; grid.md leaves them out."""
     root = tmp_path / "runs"
@@ -224,9 +224,10 @@ def test_ablation_runs_get_their_own_tables_with_deltas(tmp_path):
     for name, loss in losses.items():
         flavour = "gpt2-debug" if name.startswith("gpt2") else "recurrentgpt-debug"
         make_run(root, name, flavour, train_records(100) + [{"step": 100, "val_loss": loss}])
-    rows = summarize(root)
-    written = write_table(rows, tmp_path / "out")
-    assert [p.name for p in written][-1] == "ablations.md"
+    from launcher.eval import main as rgpt_eval
+
+    assert rgpt_eval(["grid", str(root), "--out", str(tmp_path / "out")]) == 0
+    assert "ablations.md" in capsys.readouterr().out  # among the files it says it wrote
     text = (tmp_path / "out" / "ablations.md").read_text()
     lines = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
     assert "| +0.1500 | " in lines["2-recurrence"] and "-0.0500 | +0.1000" in lines["3-prelude-coda"]
@@ -321,7 +322,7 @@ def _cells(line: str) -> int:
 
 
 def test_pipes_and_line_breaks_in_names_and_problems_cannot_break_the_tables(tmp_path):
-    from rgpt_dist.eval.ablation_table import markdown as ablation_markdown
+    from rgpt_dist.studies.ablation.table import markdown as ablation_markdown
     root = tmp_path / "runs"
     make_run(root, "gpt2-small-20k", "gpt2-debug", train_records(100) + [{"step": 100, "val_loss": 3.0}])
     make_run(root, "gpt2-small|evil\n| x | y |-20k", "gpt2-debug", train_records(100), lines=["{bad|json"])

@@ -93,7 +93,7 @@ def test_bad_budget_options_exit_2(capsys, argv, message):
 
 def test_grid_costs_every_trained_run_and_totals_them(capsys):
     """--grid: one row per run of configs/experiments/ and budget; the totals are the rows' sums."""
-    from rgpt_dist.config.experiments import FLOP_MATCHED, flop_matched_cells, flop_matched_steps, grid, trained_flavours
+    from rgpt_dist.studies.compare.grid import FLOP_MATCHED, flop_matched_cells, flop_matched_steps, grid, trained_flavours
 
     assert main(["--grid", "--budget", "20k,40k", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)

@@ -240,9 +240,9 @@ def test_the_thinking_gate_bias_is_gate_bias_init_plus_2():
 
 def test_the_ablation_pair_differs_in_the_two_switches_only():
     """configs/experiments/ablation-b6-gate-thinking.yaml against its partner, the main grid's small run
-    (the paper's gate +4, no LayerScale: the defaults; rgpt_dist.config.ablations.REUSED): the thinking
+    (the paper's gate +4, no LayerScale: the defaults; rgpt_dist.studies.ablation.grid.REUSED): the thinking
     recipe (+2, LayerScale 1e-4), all else equal."""
-    from rgpt_dist.config.ablations import REUSED
+    from rgpt_dist.studies.ablation.grid import REUSED
     assert REUSED["ablation-b6-gate-recurrentgpt"] == "recurrentgpt-small-isoflops-20k"
     a, b = (load_config(EXPERIMENTS / f"{n}.yaml") for n in ("recurrentgpt-small-isoflops-20k", "ablation-b6-gate-thinking"))
     assert (a.model.gate_bias_init, a.model.layerscale) == (4.0, 0.0) == (RecurrentGPTConfig.gate_bias_init, 0.0)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rgpt_dist.config.experiments import BUDGETS
+from rgpt_dist.studies.compare.grid import BUDGETS
 from tests.helpers.dist import ROOT
 
 PHI_GRID = ROOT / "slurm" / "phi_grid.sh"
@@ -119,9 +119,9 @@ def test_overrides_are_words_passed_literally_never_globbed(tmp_path):
 
 
 def test_the_ablation_array_runs_every_ablation_config_in_its_task_order():
-    """slurm/ablations.sh: one task per rgpt_dist.config.ablations run, in order (its task table),
+    """slurm/ablations.sh: one task per rgpt_dist.studies.ablation.grid run, in order (its task table),
     each naming its whole config (no budget) and run directory."""
-    from rgpt_dist.config.ablations import ablations
+    from rgpt_dist.studies.ablation.grid import ablations
 
     names = re.search(r"^MODELS=\((.*?)\)$", ABLATIONS.read_text(), re.M | re.S).group(1).split()
     assert names == list(ablations())
@@ -137,19 +137,19 @@ def test_the_ablation_array_runs_every_ablation_config_in_its_task_order():
 
 
 def test_the_phi_array_runs_every_sweep_config_in_the_generator_order():
-    """slurm/phi_grid.sh: one task per rgpt_dist.config.phi_sweep run, in runs() order (its task
+    """slurm/phi_grid.sh: one task per rgpt_dist.studies.phi.grid run, in runs() order (its task
     table), each naming its whole config (no budget), which exists; the script is the generator's
     output; its header's GPU-hours recomputed from the configs on disk (training FLOPs of each
     file's max_steps at 989e12 x 40%), per study and in total."""
     import yaml
 
-    from rgpt_dist.config.phi_sweep import STUDIES, model_config, slurm_script
+    from rgpt_dist.studies.phi.grid import STUDIES, model_config, slurm_script
     from rgpt_dist.flops import train_flops
 
     text = PHI_GRID.read_text()
-    assert text == slurm_script(), "slurm/phi_grid.sh is stale: regenerate it (phi_sweep.slurm_script)"
+    assert text == slurm_script(), "slurm/phi_grid.sh is stale: regenerate it (rgpt study phi grid)"
     names = re.search(r"^MODELS=\((.*?)\)$", text, re.M | re.S).group(1).split()
-    files = sorted(p.stem for p in (ROOT / "configs" / "experiments").glob("phi-*.yaml"))
+    files = sorted(p.stem for p in (ROOT / "configs" / "experiments" / "phi").glob("phi-*.yaml"))
     assert sorted(names) == files and len(names) == len(set(names))
     order = {study: i for i, study in enumerate(STUDIES)}
     assert [order[n.split("-")[1]] for n in names] == sorted(order[n.split("-")[1]] for n in names)
@@ -160,7 +160,7 @@ def test_the_phi_array_runs_every_sweep_config_in_the_generator_order():
         assert re.search(rf"^#\s+{i}\s+{re.escape(name)}$", text, re.M), name
     hours: dict[str, float] = {}
     for name in names:
-        data = yaml.safe_load((ROOT / "configs" / "experiments" / f"{name}.yaml").read_text())
+        data = yaml.safe_load((ROOT / "configs" / "experiments" / "phi" / f"{name}.yaml").read_text())
         # the recipe's 480 x 1024 tokens per step (tests/config/test_experiments.py checks every file has it)
         flops = train_flops(model_config(data["model"]), 1024) * 480 * 1024 * data["train"]["max_steps"]
         hours[name.split("-")[1]] = hours.get(name.split("-")[1], 0.0) + flops / (989e12 * 0.4) / 3600
@@ -172,6 +172,6 @@ def test_the_phi_array_runs_every_sweep_config_in_the_generator_order():
     assert int(total.group(1)) == len(names) and int(total.group(2).replace(",", "")) == round(sum(hours.values()))
     done = dry_run(PHI_GRID, 250)
     assert done.returncode == 0, done.stderr
-    assert f"{ROOT}/configs/experiments/{names[250]}.yaml" in done.stdout and f"log.run_dir={ROOT}/runs/{names[250]} " in done.stdout
+    assert f"{ROOT}/configs/experiments/phi/{names[250]}.yaml" in done.stdout and f"log.run_dir={ROOT}/runs/{names[250]} " in done.stdout
     done = dry_run(PHI_GRID, len(names))
     assert done.returncode == 2 and f"this cell has {len(names)} models" in done.stderr

@@ -90,7 +90,7 @@ def test_one_phi_array_task_completes_with_a_checkpoint_and_a_final_val_loss(clu
     """slurm/phi_grid.sh's task for phi-trunc-r8 at the smallest width (Poisson's injection at a fixed
     depth 8, backprop through the last 4 steps) with CPU-sized overrides: 4 steps, every one at depth
     8, a checkpoint at step 4 and the validation loss of the final step."""
-    from rgpt_dist.config.phi_sweep import runs
+    from rgpt_dist.studies.phi.grid import runs
 
     names = [run.name for run in runs()]
     task = next(i for i, n in enumerate(names) if n.startswith("phi-trunc-r8-"))

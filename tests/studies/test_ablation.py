@@ -1,9 +1,9 @@
 """`make ablation` (rgpt_dist/studies/ablation.py, launcher/ablation.py): Fig. 5's rows at CPU scale
 from their configs, the same tokens for every row, and the report from the runs' records. The
-training path is launcher/compare.py's (train_runs), smoke-tested in test_compare.py; here the plan,
+training path is the study runner's (run_all), smoke-tested in test_compare.py; here the plan,
 the overrides and the report on hand-written runs."""
 from rgpt_dist.config import load_config
-from rgpt_dist.studies.ablation import report
+from rgpt_dist.studies.ablation.report import report
 from rgpt_dist.studies.ablation import SPREAD_SEED, overrides, plan
 from tests.eval.test_grid import make_run, train_records
 

@@ -27,7 +27,7 @@ def test_every_run_sees_the_same_tokens(tmp_path):
     runs = plan()
     assert all(shared(r) == shared(runs[0]) for r in runs)
     assert len({o for r in runs for o in overrides(r, "cpu", "DATA", tmp_path) if o.startswith("log.run_dir")}) == len(runs)
-    rrt = next(r for r in runs if r.flavour == "rrt-small-isoflops")
+    rrt = next(r for r in runs if r.model == "rrt-small-isoflops")
     assert "model.lora_rank=5" in overrides(rrt, "cpu", "DATA", tmp_path)  # 64 / 768 of the width
 
 
@@ -64,7 +64,7 @@ def test_the_long_preset_trains_every_model_at_both_seeds_on_ten_times_the_token
     from rgpt_dist.studies.launch import PRESETS
 
     runs = plan(every_seed=True)
-    assert sorted((r.flavour, r.seed) for r in runs) == sorted((m, s) for m in cell_models() for s in SEEDS)
+    assert sorted((r.model, r.seed) for r in runs) == sorted((m, s) for m in cell_models() for s in SEEDS)
     tokens = {p: PRESETS[p]["max_steps"] * PRESETS[p]["global_batch_size"] * PRESETS[p]["seq_len"] for p in ("cpu", "long")}
     assert tokens["long"] == 10 * tokens["cpu"] and PRESETS["long"]["d_model"] == 128
     o = overrides(runs[0], "long", "DATA", tmp_path)
@@ -92,7 +92,8 @@ def test_the_ordering_is_the_mean_over_seeds_beside_the_papers():
 
 def test_only_picks_runs_by_pattern_and_refuses_one_that_matches_nothing(tmp_path):
     """`--only` lets a fresh machine start the dearest runs first; a typo trains nothing."""
-    from launcher.compare import _chosen, main
+    from launcher.compare import main
+    from rgpt_dist.studies.base import chosen as _chosen
 
     runs = plan(every_seed=True)
     assert [r.name for r in _chosen(runs, "ouro-*")] == ["ouro-small-isoflops-seed1337", "ouro-small-isoflops-seed42"]
@@ -111,7 +112,8 @@ def test_only_trains_the_chosen_runs_and_reports_the_recorded_others(tmp_path, m
     """A fresh machine given `--only` restores every recorded run (the report covers them), trains
     only the chosen ones that are not recorded."""
     import launcher.compare as launcher
-    from rgpt_dist.studies import records
+    from rgpt_dist.studies import records, runner
+    from rgpt_dist.studies.compare import report as compare_report
 
     recorded = {"mor-small-isoflops-seed42", "ouro-small-isoflops-seed42"}  # as if committed by earlier machines
     for name in recorded:
@@ -120,8 +122,8 @@ def test_only_trains_the_chosen_runs_and_reports_the_recorded_others(tmp_path, m
             (tmp_path / "rec" / name / f).write_text(f"{name}\n" if f == "config.yaml" else "{}\n")
     monkeypatch.setattr(records, "why_not", lambda d, cfg, data: None if d.name in recorded else "no record")
     trained = []
-    monkeypatch.setattr(launcher, "train_runs", lambda todo, *a, **k: trained.extend(r.name for r in todo) or [])
-    monkeypatch.setattr(launcher.table1_report, "report", lambda out, runs: {"md": _write(out / "compare.md", "")})
+    monkeypatch.setattr(runner, "run_all", lambda todo, *a, **k: trained.extend(r.name for r in todo) or [])
+    monkeypatch.setattr(compare_report, "report", lambda out, runs: {"md": _write(out / "compare.md", "")})
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "manifest.json").write_text("{}")
     out = tmp_path / "out"

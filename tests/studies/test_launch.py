@@ -1,5 +1,6 @@
 """A study launches its runs through the training launcher's module (`-m launcher.train`), never a
-script path, from the checkout, whatever directory the study was started in."""
+script path, from the checkout, whatever directory the study was started in; each run's commands run
+in sequence, its output in its own log."""
 import subprocess
 import sys
 
@@ -15,7 +16,7 @@ def test_the_train_command_runs_the_launcher_module():
 
 
 def test_the_module_is_found_from_another_directory_and_configs_from_the_checkout(tmp_path):
-    """The run's environment and working directory (train_runs): `launcher.train --help` answers, and
+    """The run's environment and working directory (run_all): `launcher.train --help` answers, and
     a study's config path resolves, from a directory that holds neither."""
     env = {"PYTHONPATH": str(launch.ROOT), "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-m", "launcher.train", "--help"], cwd=tmp_path, env=env,
@@ -24,26 +25,69 @@ def test_the_module_is_found_from_another_directory_and_configs_from_the_checkou
     assert (launch.ROOT / "configs" / "experiments" / "quickstart.yaml").is_file()
 
 
-def test_a_failed_run_is_reported_and_the_others_still_run(monkeypatch, capsys):
-    """Real processes (a stand-in for torchrun): the first fails with a message on stderr, every run
-    gets its own overrides, the checkout as working directory and PYTHONPATH, in order."""
-    calls = []
+def test_a_failed_run_is_reported_and_the_others_still_run(tmp_path, capsys):
+    """Real processes: the first run's second command fails with a message (its third never runs),
+    every run's commands run in order with the checkout as working directory and PYTHONPATH, each
+    run's output goes to its own log, and the failed run's tail is printed."""
+    class Run:
+        def __init__(self, name):
+            self.name = name
 
-    def fake_command(config, overrides, nproc):
-        calls.append((config, overrides, nproc))
-        code = "import os, sys; sys.stderr.write(os.getcwd() + '|' + os.environ['PYTHONPATH'] + ' boom'); "
-        return [sys.executable, "-c", code + f"sys.exit({1 if len(calls) == 1 else 0})"]
+    def commands(run):
+        say = "import os, sys; print(sys.argv[1], os.getcwd() + '|' + os.environ['PYTHONPATH'])"
+        fail = "import sys; sys.stderr.write('boom'); sys.exit(3)" if run.name == "a" else "pass"
+        return [[sys.executable, "-c", say, f"{run.name}-1"], [sys.executable, "-c", fail],
+                [sys.executable, "-c", say, f"{run.name}-3"]]
+
+    for jobs in (1, 2):
+        logs = tmp_path / f"logs{jobs}"
+        assert launch.run_all([Run("a"), Run("b"), Run("c")], commands, jobs=jobs, log_dir=logs) == ["a"]
+        root = f"{launch.ROOT}|{launch.ROOT}"
+        assert (logs / "a.log").read_text() == f"a-1 {root}\nboom"
+        for name in "bc":
+            assert (logs / f"{name}.log").read_text() == f"{name}-1 {root}\n{name}-3 {root}\n"
+        out = capsys.readouterr()
+        assert "a: FAILED (3)" in out.out and "b: done" in out.out and "c: done" in out.out
+        assert out.err.count("boom") == 1
+
+
+def test_an_interrupted_study_stops_its_runs_and_their_children(tmp_path):
+    """Ctrl-C (or SIGTERM, which `rgpt study` turns into an exit) while runs train: every running
+    run's process group is terminated, a grandchild (torchrun's ranks) included, and nothing waits."""
+    import os
+    import signal
+    import threading
+    import time
 
     class Run:
         def __init__(self, name):
-            self.name, self.config = name, f"configs/experiments/{name}.yaml"
+            self.name = name
 
-    monkeypatch.setattr(launch, "train_command", fake_command)
-    for jobs in (1, 2):
-        calls.clear()
-        assert launch.train_runs([Run("a"), Run("b"), Run("c")], lambda run: [f"log.run_dir=runs/{run.name}"],
-                                 nproc=1, jobs=jobs) == ["a"]
-        assert calls == [(f"configs/experiments/{n}.yaml", [f"log.run_dir=runs/{n}"], 1) for n in "abc"]
-        out = capsys.readouterr()
-        assert "a: FAILED (1)" in out.out and "b: done" in out.out and "c: done" in out.out
-        assert out.err.count("boom") == 1 and f"{launch.ROOT}|{launch.ROOT} boom" in out.err  # the failed run's
+    pids = tmp_path / "pids"
+    child = f"import os, time; open({str(pids)!r} + os.environ['N'], 'w').write(str(os.getpid())); time.sleep(120)"
+
+    def commands(run):  # the shell runs python, which runs a grandchild: as torchrun runs its ranks
+        return [["env", f"N={run.name}", sys.executable, "-c",
+                 f"import subprocess, sys; subprocess.run([sys.executable, '-c', {child!r}])"]]
+
+    timer = threading.Timer(3.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    start = time.perf_counter()
+    try:
+        launch.run_all([Run("a"), Run("b"), Run("c")], commands, jobs=2, log_dir=tmp_path / "logs")
+        raise AssertionError("not interrupted")
+    except KeyboardInterrupt:
+        pass
+    assert time.perf_counter() - start < 60
+    started = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("pids"))
+    assert started == ["pidsa", "pidsb"]  # two at a time; c never started
+    for name in started:
+        pid = int((tmp_path / name).read_text())
+        for _ in range(100):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"grandchild {pid} of run {name[-1]} still runs")

@@ -8,7 +8,7 @@ import pytest
 
 from rgpt_dist.config.experiment import load_config
 from rgpt_dist.studies import records
-from rgpt_dist.studies.compare import Run
+from rgpt_dist.studies.base import Run
 
 
 def _config(tmp_path, where: str, *extra: str):
@@ -86,7 +86,7 @@ def test_a_record_that_does_not_stand_for_the_run_says_why(tmp_path, data):
 
 
 def test_pending_restores_the_recorded_runs_and_keeps_the_others(tmp_path, data, capsys):
-    runs = [Run("gpt2-debug", 1), Run("gpt2-debug", 2), Run("gpt2-debug", 3)]
+    runs = [Run(f"gpt2-debug-seed{s}", "configs/experiments/debug.yaml", "gpt2", s) for s in (1, 2, 3)]
     _save(_run_dir(tmp_path), tmp_path / "rec" / runs[0].name, data)
     _save(_run_dir(tmp_path, "machine-c"), tmp_path / "rec" / runs[1].name, data)
     configs = {runs[0].name: _config(tmp_path, "b"), runs[1].name: _config(tmp_path, "b", "train.lr=1e-3"),

@@ -13,7 +13,8 @@ from rgpt_dist.studies.launch import ROOT
 
 
 def configs(tmp_path):
-    return {run: load_config(ROOT / run.config, rt_compare.overrides(run, "cpu", str(tmp_path / "data"), tmp_path))
+    return {run: load_config(ROOT / run.config, [*rt_compare.overrides(run, "cpu", str(tmp_path / "data"), tmp_path),
+                                                 *run.overrides])
             for run in rt_compare.plan()}
 
 

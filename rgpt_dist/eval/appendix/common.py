@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from rgpt_dist.eval import strict_json
+from rgpt_dist import strict_json
 from rgpt_dist.eval.appendix.diagnostics import capture, figure, label  # noqa: F401 (figure, label: for the analyses)
 
 Batch = tuple[torch.Tensor, torch.Tensor]

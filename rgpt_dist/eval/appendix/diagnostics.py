@@ -32,7 +32,7 @@ from typing import Callable, Iterable
 import torch
 import torch.nn.functional as F
 
-from rgpt_dist.eval import strict_json
+from rgpt_dist import strict_json
 from rgpt_dist.eval.finite import nonfinite_weights
 
 GATE_KEYS = ("gate_mean", "gate_std", "gate_hi", "gate_lo")

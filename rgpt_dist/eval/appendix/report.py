@@ -15,7 +15,7 @@ import torch
 from rgpt_dist.eval.appendix import ANALYSES, analysis
 from rgpt_dist.eval.appendix.common import Context, Result, check_model, trace
 from rgpt_dist.eval.finite import nonfinite_weights
-from rgpt_dist.eval.markdown import PIPE
+from rgpt_dist.markdown import PIPE
 
 
 def run_all(ctx: Context, names: list[str] | None = None) -> tuple[list[Result], list[str]]:
@@ -82,7 +82,7 @@ def _paragraphs(lines: list[str]) -> list[str]:
 
 
 def _text(markdown: str) -> str:
-    """Markdown text as HTML text: the pipes rgpt_dist.eval.markdown wrote as &#124; back as '|'."""
+    """Markdown text as HTML text: the pipes rgpt_dist.markdown wrote as &#124; back as '|'."""
     return html.escape(markdown.replace(PIPE, "|"))
 
 

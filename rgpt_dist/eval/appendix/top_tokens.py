@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from rgpt_dist.eval.appendix.common import Context, Result, check_model, exit_logits, figure, label, save_figure, trace
-from rgpt_dist.eval.markdown import cell
+from rgpt_dist.markdown import cell
 
 NAME = "top_tokens"
 TITLE = "Fig. 4: per-step top-token probabilities for a prompt"

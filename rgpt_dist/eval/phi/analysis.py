@@ -3,7 +3,6 @@ bootstrap for the intervals, and the report; with several groups (the case studi
 full backpropagation, the gate against plain injection) each group's fit and a comparison of their phi.
 
     groups_of(runs, ["a=runs/x-*", "b=runs/y-*,runs/z-*"]) -> {"a": [...], "b": [...]}
-    groups_of(["runs"], [], study="trunc")  # a case study of the sweep against its baseline, at its budgets
     analyse(groups, out)   # out/phi.{json,md,png} for one group; out/<name>/... and out/compare.{md,json}
 
 The difference of two groups' phi gets its interval from the two bootstraps, drawn independently (each
@@ -21,8 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from rgpt_dist.config.phi_sweep import STUDIES, group_patterns
-from rgpt_dist.eval import strict_json
+from rgpt_dist import strict_json
 from rgpt_dist.eval.phi.fit import PhiInputError, bootstrap, fit_law
 from rgpt_dist.eval.phi.report import write_report
 from rgpt_dist.eval.phi.runs import read_observations
@@ -33,12 +31,10 @@ a recurrence worth a unique block)."""
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
-def groups_of(runs: list[str], specs: list[str], study: str | None = None) -> dict[str, list[str]]:
-    """RUNS (one unnamed group), --group NAME=PATTERN[,PATTERN...] (globs, sorted), or a case study of
-    the sweep (rgpt_dist.config.phi_sweep: `trunc`, `nogate`) with RUNS its one runs directory: the run
-    paths of each group. A pattern that matches nothing, a bad or repeated name, or a mix is refused."""
-    if study is not None:
-        return _study_groups(runs, specs, study)
+def groups_of(runs: list[str], specs: list[str]) -> dict[str, list[str]]:
+    """RUNS (one unnamed group) or --group NAME=PATTERN[,PATTERN...] (globs, sorted): the run paths of
+    each group (a case study of the sweep: rgpt_dist.studies.phi.grid.study_groups). A pattern that
+    matches nothing, a bad or repeated name, or a mix is refused."""
     if bool(runs) == bool(specs):
         raise PhiInputError("give run directories or --group NAME=PATTERN (at least two groups), not both or neither")
     if runs:
@@ -54,23 +50,10 @@ def groups_of(runs: list[str], specs: list[str], study: str | None = None) -> di
         parsed[name] = patterns.split(",")
     if len(parsed) < 2:
         raise PhiInputError("--group compares groups: give at least two (or the runs alone for one fit)")
-    return {name: _expand(name, patterns) for name, patterns in parsed.items()}
+    return {name: expand(name, patterns) for name, patterns in parsed.items()}
 
 
-def _study_groups(runs: list[str], specs: list[str], study: str) -> dict[str, list[str]]:
-    """The case study's runs (its r = 1 runs borrowed from its baseline where they are the same run)
-    and its baseline's at the case study's budgets, under the runs directory RUNS."""
-    cases = [name for name, s in STUDIES.items() if s.baseline]
-    if study not in cases:
-        raise PhiInputError(f"--study {study!r}: the sweep's case studies are {', '.join(cases)}")
-    if specs or len(runs) != 1:
-        raise PhiInputError(f"--study {study} takes exactly one runs directory (the sweep's), and no --group")
-    root = glob.escape(runs[0])  # a literal directory; only the sweep's patterns are globs
-    return {name: _expand(name, [f"{root}/{p}" for p in group_patterns(study, baseline=base)])
-            for name, base in ((study, False), (STUDIES[study].baseline, True))}
-
-
-def _expand(name: str, patterns: list[str]) -> list[str]:
+def expand(name: str, patterns: list[str]) -> list[str]:
     """Every path the patterns match (each sorted), refusing a pattern that matches nothing."""
     paths: list[str] = []
     for pattern in patterns:

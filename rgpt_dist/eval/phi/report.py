@@ -3,7 +3,7 @@
 `write_report(obs, fits, intervals, out_dir)` takes the observations, the fits by name (e.g. "phi free",
 "phi = 0", "phi = 1") and each fit's bootstrap intervals {parameter: (low, high)}, and writes
 - phi.json: the law, the observations, every fit (LawFit.to_dict), the intervals and each fit's R^2
-  (on log L, the fitted quantity); strict JSON (NaN / inf as null, rgpt_dist.eval.strict_json);
+  (on log L, the fitted quantity); strict JSON (NaN / inf as null, rgpt_dist.strict_json);
 - phi.md: one table row per fit (phi [CI], alpha, beta, E, A, B, R^2, n), every interval, and what the
   free fit's phi means for the grid's recurrence counts;
 - phi.png: one panel per fit, the loss with the fit's data term removed (L - B D^-beta) against the
@@ -19,8 +19,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from rgpt_dist.eval import markdown as mdtext
-from rgpt_dist.eval import strict_json
+from rgpt_dist import markdown as mdtext
+from rgpt_dist import strict_json
 from rgpt_dist.eval.phi.fit import PARAMS, LawFit, Observation
 
 LAW = "L = E + A (N_once + r^phi N_rec)^-alpha + B D^-beta"

@@ -10,10 +10,13 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from rgpt_dist.eval import strict_json
+from rgpt_dist import strict_json
 from rgpt_dist.eval.grid import summarize, write_table
-from rgpt_dist.eval.markdown import cell, code
-from rgpt_dist.studies.compare import SPREAD_FAMILY, Run
+from rgpt_dist.markdown import cell, code
+from rgpt_dist.studies.base import Run
+
+SPREAD_FAMILY = "recurrent_gpt"
+"""The model trained at every seed in `compare`: the run-to-run spread beside the differences."""
 
 
 def report(out_dir: str | Path, runs: list[Run]) -> dict[str, Path]:

@@ -1,4 +1,5 @@
-"""The runs of `make compare-rt` (issue #27): the authors' trade at CPU scale, our dense model against a
+"""The layerwise Recurrent Transformer against its dense partner at CPU scale (`rgpt study rt-compare`,
+`make compare-rt`); its cluster grid in the authors' recipe: rt_compare/grid.py. The authors' trade at CPU scale, our dense model against a
 layerwise Recurrent Transformer with half its layers at the same non-embedding parameters, on the
 same tokens, two seeds each.
 
@@ -16,10 +17,13 @@ recurrence: the comparison checks the machinery, it does not test the paper's cl
 """
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
+from rgpt_dist.models.flavours import FLAVOURS
+from rgpt_dist.studies.base import Context, LanguageModelStudy, Run
 from rgpt_dist.studies.launch import cpu_overrides
+from rgpt_dist.studies.rt_compare import grid as rt_grid
+from rgpt_dist.studies.rt_compare import report as rt_report
 
 CONFIG = "configs/experiments/gpt2-small-20k.yaml"
 """The grid config every run starts from (its recipe; the model is replaced by the flavour)."""
@@ -28,31 +32,36 @@ MODELS = {"dense 4x64": ("rt-dense-debug", {"n_layer": 4, "d_model": 64, "n_head
 SEEDS = (1337, 42)
 
 
-@dataclasses.dataclass(frozen=True)
-class Run:
-    model: str
-    seed: int
-
-    @property
-    def name(self) -> str:
-        return f"{self.model.replace(' ', '-').lower()}-seed{self.seed}"
-
-    @property
-    def config(self) -> str:
-        return CONFIG
-
-    @property
-    def family(self) -> str:
-        return "rt" if MODELS[self.model][0].startswith("rt-debug") else "gpt2"
-
-
 def plan() -> list[Run]:
     """Each model at each seed, the models interleaved (a stopped study has both at the first seed)."""
-    return [Run(model, seed) for seed in SEEDS for model in MODELS]
+    return [Run(name=f"{model.replace(' ', '-').lower()}-seed{seed}", config=CONFIG,
+                family=FLAVOURS[MODELS[model][0]]["family"], seed=seed, model=model,
+                overrides=(f"model={MODELS[model][0]}", *(f"model.{k}={v}" for k, v in MODELS[model][1].items())))
+            for seed in SEEDS for model in MODELS]
 
 
 def overrides(run: Run, preset: str, data: str, out: str | Path) -> list[str]:
-    """The compare preset's overrides, then the model: its flavour, then its shape."""
-    flavour, shape = MODELS[run.model]
-    return [*cpu_overrides(preset, run.family, run.seed, data, Path(out) / run.name), f"model={flavour}",
-            *(f"model.{k}={v}" for k, v in shape.items())]
+    """The compare preset's overrides; the model (its flavour, then its shape) follows as run.overrides."""
+    return cpu_overrides(preset, run.family, run.seed, data, Path(out) / run.name)
+
+
+class RTCompare(LanguageModelStudy):
+    name = "rt-compare"
+    summary = "the layerwise Recurrent Transformer against its dense partner, two seeds (about 8 min)"
+    reproduces = ("the authors' trade (half the layers, equal non-embedding parameters) at d = 64-90: checks the "
+                  "machinery, does not test the paper's claim (the embeddings dominate at this width)")
+
+    def plan(self, preset: str) -> list[Run]:
+        return plan()
+
+    def overrides(self, run: Run, ctx: Context) -> list[str]:
+        return overrides(run, ctx.preset, ctx.data, ctx.out)
+
+    def report(self, ctx: Context, runs: list[Run]) -> dict[str, Path]:
+        return rt_report.report(ctx.out, runs)
+
+    def grid(self, root: Path) -> list[Path]:
+        return rt_grid.write_grid(root)
+
+
+RT_COMPARE = RTCompare()

@@ -9,17 +9,20 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from rgpt_dist.eval import strict_json
+from matplotlib.figure import Figure
+
+from rgpt_dist import strict_json
 from rgpt_dist.eval.grid import summarize
-from rgpt_dist.eval.markdown import cell, code
-from rgpt_dist.studies.rt_compare import MODELS, Run
+from rgpt_dist.markdown import cell, code
+from rgpt_dist.studies.base import Run
 from rgpt_dist.train.metrics import read_metrics
 
 
 def summary(rows: dict[str, dict[str, Any]], runs: list[Run]) -> dict[str, Any]:
-    """Per model: {run name: final val loss}, mean, range; and the RT's mean minus the dense mean."""
+    """Per model (the plan's order: dense, then RT): {run name: final val loss}, mean, range; and the
+    RT's mean minus the dense mean."""
     models: dict[str, Any] = {}
-    for model in MODELS:
+    for model in _models(runs):
         losses = {run.name: rows[run.name]["val_loss"] for run in runs
                   if run.model == model and run.name in rows and rows[run.name]["val_loss"] is not None}
         values = list(losses.values())
@@ -27,8 +30,12 @@ def summary(rows: dict[str, dict[str, Any]], runs: list[Run]) -> dict[str, Any]:
                          "range": max(values) - min(values) if len(values) > 1 else None,
                          "params_no_embedding": next((rows[n]["params_no_embedding"] for n in losses), None),
                          "params": next((rows[n]["params"] for n in losses), None)}
-    dense, rt = (models[m]["mean"] for m in MODELS)
+    dense, rt = (models[m]["mean"] for m in _models(runs))
     return {"models": models, "rt_minus_dense": None if dense is None or rt is None else rt - dense}
+
+
+def _models(runs: list[Run]) -> list[str]:
+    return list(dict.fromkeys(run.model for run in runs))
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -46,13 +53,9 @@ def markdown(result: dict[str, Any]) -> str:
 
 def plot(runs: list[Run], out_dir: Path, path: Path) -> None:
     """Training loss against step for every run (colour: model), the final validation losses as points."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    colours = dict(zip(MODELS, ("tab:grey", "tab:blue")))
+    fig = Figure(figsize=(7, 4.5))  # no pyplot: no global figure state
+    ax = fig.subplots()
+    colours = dict(zip(_models(runs), ("tab:grey", "tab:blue")))
     for run in runs:
         records = [r for _, r in read_metrics(out_dir / run.name / "metrics.jsonl")]
         train = [(r["step"], r["loss"]) for r in records if "loss" in r]
@@ -67,7 +70,6 @@ def plot(runs: list[Run], out_dir: Path, path: Path) -> None:
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def report(out_dir: str | Path, runs: list[Run]) -> dict[str, Path]:

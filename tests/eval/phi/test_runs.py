@@ -141,7 +141,7 @@ def test_group_arguments_are_checked_before_any_fit(tmp_path):
 def test_a_case_study_is_its_runs_and_its_baseline_at_its_budgets(tmp_path):
     """--study trunc: the truncated runs with the plain r = 1 runs (the same model) against the plain
     runs at the case study's four budgets; the plain runs at the two larger budgets stay out."""
-    from rgpt_dist.eval.phi.analysis import groups_of
+    from rgpt_dist.studies.phi.grid import study_groups as groups_of
 
     plain_r1 = [f"phi-plain-r1-d{d}-c{c}" for d, c in ((256, "4.64e17"), (384, "1e18"), (512, "2.15e18"), (640, "4.64e18"))]
     names = ["phi-trunc-r2-d256-c4.64e17", "phi-trunc-r8-d768-c4.64e18", *plain_r1, "phi-plain-r1-d1024-c1e19",
