@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rgpt_dist.data.cache import cache_dir
 from rgpt_dist.data.uri import described, endpoint, uri_problem
+from rgpt_dist.data.mds import import_streaming
 
 
 class RemoteOutputError(Exception):
@@ -23,8 +24,6 @@ class RemoteOutputError(Exception):
 
 
 def _uploader(uri: str, local: Path):
-    from rgpt_dist.data.mds import import_streaming
-
     import_streaming()
     from streaming.base.storage import CloudUploader
 

@@ -32,7 +32,25 @@ import os
 import sys
 from pathlib import Path
 
+import torch
+
+from rgpt_dist.checkpoints.consolidate import ExportError
+from rgpt_dist.checkpoints.source import load_model
+from rgpt_dist.data.tokenizer import get_encoding
+from rgpt_dist.eval.appendix import analysis
+from rgpt_dist.eval.appendix.common import Context
+from rgpt_dist.eval.appendix.diagnostics import diagnose, gate_heatmap
+from rgpt_dist.eval.appendix.report import run_all, write_report
+from rgpt_dist.eval.early_exit import early_exit_curve, val_batches, write_curve
+from rgpt_dist.eval.grid import summarize, write_table
+from rgpt_dist.eval.harness import BUNDLED_TASK_DATA, depth_sweep, run_lm_eval, write_results
+from rgpt_dist.eval.learned_exit import threshold_exit_rows, write_threshold_exits
+from rgpt_dist.eval.phi.analysis import analyse, groups_of
+from rgpt_dist.eval.scoring import own_accuracy
+from rgpt_dist.models.spec import spec_for
 from rgpt_dist.safe_paths import MARKER, out_dir, publish, staging
+from rgpt_dist.studies.ablation.table import markdown as ablation_markdown
+from rgpt_dist.studies.phi.grid import study_groups
 
 STAGING = ".rgpt-eval-partial-"
 
@@ -101,15 +119,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _device(name: str) -> str:
-    import torch
-
     return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
 
 
 def _model_and_batches(args):
     """The model (on --device) and the validation batches (there too)."""
-    from rgpt_dist.eval.early_exit import val_batches
-    from rgpt_dist.checkpoints.source import load_model
 
     model, record = load_model(args.source, trust=args.trust_checkpoint)
     device = _device(args.device)
@@ -123,9 +137,6 @@ def _model_and_batches(args):
 
 
 def curve(args, out: Path) -> None:
-    from rgpt_dist.eval.early_exit import early_exit_curve, write_curve
-    from rgpt_dist.models.spec import spec_for
-
     model, batches, record = _model_and_batches(args)
     learned_exit = spec_for(model.cfg).learned_exit
     if args.exit_thresholds and not learned_exit:
@@ -136,7 +147,6 @@ def curve(args, out: Path) -> None:
         print(f"R*={row['depth']}  loss {row['loss']:.4f}  GFLOPs/token {row['flops_per_token'] / 1e9:.4f}"
               + (f"  ({row['problem']})" if row["problem"] else ""))
     if learned_exit:
-        from rgpt_dist.eval.learned_exit import threshold_exit_rows, write_threshold_exits
 
         exits = threshold_exit_rows(model, batches, args.exit_thresholds or [model.cfg.exit_threshold])
         write_threshold_exits(exits, out)
@@ -146,11 +156,6 @@ def curve(args, out: Path) -> None:
 
 
 def diagnostics(args, out: Path) -> None:
-    from rgpt_dist.data.tokenizer import get_encoding
-    from rgpt_dist.eval.appendix import analysis
-    from rgpt_dist.eval.appendix.diagnostics import diagnose, gate_heatmap
-    from rgpt_dist.models.spec import spec_for
-
     if not args.all and (args.only or args.dense or args.prompt is not None):
         raise ValueError("--only, --dense and --prompt go with --all")
     for name in filter(None, (args.only or "").split(",")):   # unknown names refused before loading anything
@@ -174,13 +179,6 @@ def diagnostics(args, out: Path) -> None:
 
 def _appendix(args, model, batches, out: Path) -> None:
     """`diagnostics --all`: every Appendix E analysis, each with its JSON, CSV and plot, and the report."""
-    import torch
-
-    from rgpt_dist.data.tokenizer import get_encoding
-    from rgpt_dist.eval.appendix.common import Context
-    from rgpt_dist.eval.appendix.report import run_all, write_report
-    from rgpt_dist.checkpoints.source import load_model
-    from rgpt_dist.models.spec import spec_for
 
     enc = get_encoding()
     dense = None
@@ -208,8 +206,6 @@ def _appendix(args, model, batches, out: Path) -> None:
 
 
 def lm_eval(args, out: Path) -> None:
-    from rgpt_dist.eval.harness import depth_sweep, run_lm_eval, write_results
-
     hf_dir = Path(args.export)
     if (hf_dir / "hf").is_symlink():  # the remote-code check lists the export it was given, not a link's target
         raise ValueError(f"{hf_dir / 'hf'} is a symbolic link: refusing to load an export through it")
@@ -235,8 +231,6 @@ def lm_eval(args, out: Path) -> None:
 
 def _own_scores(hf_dir: Path, run: dict, limit: int | None, device: str, remote_code: str) -> None:
     """Our own multiple-choice scoring of the bundled tasks beside lm-eval's, at the run's depth."""
-    from rgpt_dist.eval.harness import BUNDLED_TASK_DATA
-    from rgpt_dist.eval.scoring import own_accuracy
 
     extra = {} if run.get("r_eval") is None else {"r_eval": run["r_eval"]}
     for task, metrics in run["tasks"].items():
@@ -247,9 +241,6 @@ def _own_scores(hf_dir: Path, run: dict, limit: int | None, device: str, remote_
 
 
 def grid(args, out: Path) -> None:
-    from rgpt_dist.eval.grid import summarize, write_table
-    from rgpt_dist.studies.ablation.table import markdown as ablation_markdown
-
     rows = summarize(args.runs_dir)
     paths = write_table(rows, out)
     ablations = ablation_markdown(rows)  # the ablation runs among them: their own tables
@@ -261,9 +252,6 @@ def grid(args, out: Path) -> None:
 
 
 def phi(args, out: Path) -> None:
-    from rgpt_dist.eval.phi.analysis import analyse, groups_of
-    from rgpt_dist.studies.phi.grid import study_groups
-
     groups = study_groups(args.runs, args.group, args.study) if args.study else groups_of(args.runs, args.group)
     summary = analyse(groups, out, restarts=args.restarts, samples=args.bootstrap, seed=args.seed)
     print(summary)
@@ -291,7 +279,6 @@ def _run_into(command, args) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from rgpt_dist.checkpoints.consolidate import ExportError
 
     try:
         _run_into({"curve": curve, "diagnostics": diagnostics, "lm-eval": lm_eval, "grid": grid, "phi": phi}[args.command],

@@ -25,6 +25,7 @@ import sys
 from typing import Callable
 
 from rgpt_dist import progress
+from rgpt_dist.config import ConfigError, load_config
 
 # verb -> ("module:function" taking argv, one line for `rgpt --help`)
 VERBS: dict[str, tuple[str, str]] = {
@@ -77,7 +78,6 @@ def train(argv: list[str]) -> int:
     parser.add_argument("--launcher", choices=("torchrun", "deepspeed"), default="torchrun")
     parser.add_argument("--dry-run", action="store_true", help="validate and print the command, do not run it")
     args = parser.parse_args(argv)
-    from rgpt_dist.config import ConfigError, load_config
 
     try:
         load_config(args.config, args.overrides)

@@ -15,6 +15,11 @@ import os
 import sys
 
 from rgpt_dist.config import ConfigError, load_config
+from rgpt_dist.durable import UnsafePath
+from rgpt_dist.train.preflight import preflight
+from rgpt_dist.train.run import train
+from rgpt_dist.train.run_dir import unsafe_entries
+from rgpt_dist.train.run_lock import RunDirBusy, lock_run_dir
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,8 +29,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if args else 2
     try:
         cfg = load_config(args[0], args[1:])
-        from rgpt_dist.train.preflight import preflight
-        from rgpt_dist.train.run_dir import unsafe_entries
         problems = preflight(cfg, int(os.environ.get("WORLD_SIZE", 1)))
         problems += unsafe_entries(cfg.log.run_dir, cfg.checkpoint.dir)  # planted links, FIFOs
         if problems:
@@ -35,14 +38,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"train: {e}", file=sys.stderr)
         return 2
     if int(os.environ.get("RANK", 0)) == 0:
-        from rgpt_dist.durable import UnsafePath
-        from rgpt_dist.train.run_lock import RunDirBusy, lock_run_dir
         try:
             lock_run_dir(cfg.log.run_dir)
         except (RunDirBusy, UnsafePath) as e:
             print(f"train: {e}", file=sys.stderr)
             return 2
-    from rgpt_dist.train.run import train
     return train(cfg)
 
 

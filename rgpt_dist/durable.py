@@ -13,6 +13,8 @@ import os
 import shutil
 import stat
 from pathlib import Path
+import ctypes
+import ctypes.util
 
 
 class UnsafePath(RuntimeError):
@@ -148,8 +150,6 @@ def swap_dir(new: str | Path, dst: str | Path) -> None:
 
 def _exchange(a: Path, b: Path) -> bool:
     """Atomically exchange two paths (Linux renameat2 RENAME_EXCHANGE); False when unsupported."""
-    import ctypes
-    import ctypes.util
 
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)

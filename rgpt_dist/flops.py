@@ -21,6 +21,7 @@ from typing import Any
 
 from rgpt_dist.models.config import LoopedConfig, ModelConfig
 from rgpt_dist.models.spec import block_flops, families, spec_for
+from rgpt_dist.models.flavours import FLAVOURS
 
 
 def paper_table1() -> dict[str, tuple[float, float]]:
@@ -242,7 +243,6 @@ def compute_flags(fwd_ratio: float | None, train_ratio: float | None) -> list[st
 
 def _dense_name(cfg: ModelConfig) -> str | None:
     """The paper flavour name of a dense config, matched by width and depth."""
-    from rgpt_dist.models.flavours import FLAVOURS
 
     for name, data in FLAVOURS.items():
         if name in paper_table1() and all(getattr(cfg, k, None) == v for k, v in data.items()):

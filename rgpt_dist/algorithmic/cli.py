@@ -32,6 +32,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rgpt_dist.algorithmic import TASKS, TaskError
+from rgpt_dist.algorithmic.evaluate import EvalError, evaluate_run, write_eval
+from rgpt_dist.algorithmic.table import TableError, check_layouts, load_evals, write_tables
+from rgpt_dist.checkpoints.consolidate import ExportError
+from rgpt_dist.config import ConfigError, load_config
+from rgpt_dist.durable import UnsafePath, atomic_write_text
+from rgpt_dist.safe_paths import UnsafeOutput, out_dir, publish, staging
+from rgpt_dist.train.preflight import preflight
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = ROOT / "configs" / "algorithmic"
 PROG = "rgpt-algo"
@@ -113,7 +122,6 @@ def train_overrides(args) -> list[str]:
 
 def task_config(task: str) -> Path:
     """configs/algorithmic/TASK.yaml; Refused naming the task and the known ones."""
-    from rgpt_dist.algorithmic import TASKS
 
     if task not in TASKS:
         raise Refused(f"unknown task {task!r}: expected one of {', '.join(sorted(TASKS))}")
@@ -130,10 +138,6 @@ def train(args) -> int:
 def launch(args, config: Path) -> int:
     """Validates config + the arguments' overrides for args.nproc processes (Refused naming every
     problem), records the run (RUN_DIR/algo_run.json) and runs the trainer (rgpt-think's train too)."""
-    from rgpt_dist.config import ConfigError, load_config
-    from rgpt_dist.durable import atomic_write_text
-    from rgpt_dist.safe_paths import out_dir
-    from rgpt_dist.train.preflight import preflight
 
     args.out = str(out_dir(args.out))          # absolute: the record and the trainer agree on it
     overrides = train_overrides(args)
@@ -173,8 +177,6 @@ def _run_forwarding(command: list[str], env: dict) -> int:
 
 
 def evaluate(args) -> int:
-    from rgpt_dist.algorithmic.evaluate import evaluate_run, write_eval
-
     result = evaluate_run(args.run_dir, args.lengths, args.limit, args.batch_size, args.device,
                           args.trust_checkpoint, args.checkpoint)
     default = Path(args.run_dir) / ("eval" if args.checkpoint == "best" else "eval-last")
@@ -191,8 +193,6 @@ def evaluate(args) -> int:
 
 
 def table(args) -> int:
-    from rgpt_dist.algorithmic.table import check_layouts, load_evals, write_tables
-
     check_layouts(args.layout, args.models)
     evals = load_evals(args.sources)
     paths = _write_into(args.out, lambda tmp: write_tables(evals, tmp, args.layout, args.models))
@@ -204,7 +204,6 @@ def table(args) -> int:
 def _write_into(out, write):
     """Runs write(staging_dir) inside OUT and moves its files into OUT (links and files at OUT are
     refused: rgpt_dist.safe_paths); returns write's result with paths rewritten into OUT."""
-    from rgpt_dist.safe_paths import out_dir, publish, staging
 
     out = out_dir(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -234,16 +233,9 @@ def main(argv: list[str] | None = None) -> int:
         args = parse(argv)
     except SystemExit as e:            # a usage error (one line printed, status 2) or --help (0)
         return e.code if isinstance(e.code, int) else 2
-    from rgpt_dist.algorithmic import TaskError
-    from rgpt_dist.algorithmic.evaluate import EvalError
-    from rgpt_dist.algorithmic.table import TableError
-    from rgpt_dist.durable import UnsafePath
-    from rgpt_dist.safe_paths import UnsafeOutput
 
-    refusals = (Refused, EvalError, TableError, TaskError, UnsafeOutput, UnsafePath, FileNotFoundError)
-    if args.command == "eval":   # torch only where a checkpoint is read
-        from rgpt_dist.checkpoints.consolidate import ExportError
-        refusals += (ExportError,)
+    refusals = (Refused, EvalError, TableError, TaskError, UnsafeOutput, UnsafePath,
+                FileNotFoundError, ExportError)
     try:
         return {"train": train, "eval": evaluate, "table": table}[args.command](args)
     except refusals as e:

@@ -37,6 +37,9 @@ from rgpt_dist.algorithmic.capped import capped
 from rgpt_dist.algorithmic.metrics import Counts, count, primary_metric
 from rgpt_dist.train.metrics import read_metrics
 from rgpt_dist.progress import bar
+from rgpt_dist.checkpoints.record import verify
+from rgpt_dist.registry import build_model
+from rgpt_dist.strict_json import dumps
 
 TAG_PREFIX = "step_"
 BEST_FILE = "best.json"
@@ -86,7 +89,6 @@ def checkpoint_dir(run_dir: str | Path, config: dict) -> Path:
 
 
 def _complete(tag_dir: Path) -> bool:
-    from rgpt_dist.checkpoints.record import verify
     return tag_dir.is_dir() and not tag_dir.is_symlink() and verify(tag_dir) is None
 
 
@@ -266,7 +268,6 @@ def load_model(tag_dir: Path, device: str, trust: bool):
     import torch
 
     from rgpt_dist.checkpoints.consolidate import consolidate
-    from rgpt_dist.registry import build_model
 
     c = consolidate(tag_dir, trust=trust)
     model = build_model(c.config.model)
@@ -276,7 +277,6 @@ def load_model(tag_dir: Path, device: str, trust: bool):
 
 def write_eval(result: dict, out: Path) -> Path:
     """out/eval.json, strict JSON (NaN/inf as null)."""
-    from rgpt_dist.strict_json import dumps
 
     path = Path(out) / "eval.json"
     path.write_text(dumps(result, indent=1) + "\n")

@@ -29,10 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
-from rgpt_dist.algorithmic import paper_tables
+from rgpt_dist.algorithmic import get_task, paper_tables
 from rgpt_dist.algorithmic.cells import TASK_TITLES, TableError, fmt, md_table, mean_sd, stat_cell  # noqa: F401 (fmt: re-exported)
 from rgpt_dist.algorithmic.metrics import CHANCE, METRIC_NAMES, METRICS, PRIMARY
 from rgpt_dist.strict_json import dumps
+from matplotlib.figure import Figure
 
 TASK_ORDER = ("addition", "parity", "mod5_flat", "mod5_brackets", "s5_standard", "s5_swaps")
 _REQUIRED = ("task", "model", "seed", "test", "validation", "primary_metric")
@@ -200,16 +201,12 @@ def _full(groups: list[dict]) -> list[str]:
 
 def plot(groups: list[dict], path: Path) -> Path:
     """accuracy_vs_length.png (module doc)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from rgpt_dist.algorithmic import get_task
 
     tasks = sorted({g["task"] for g in groups}, key=_task_rank)
     cols = min(3, len(tasks))
     rows = math.ceil(len(tasks) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False)
+    fig = Figure(figsize=(4.6 * cols, 3.6 * rows))  # no pyplot: no global figure state
+    axes = fig.subplots(rows, cols, squeeze=False)
     for ax, task in zip(axes.flat, tasks):
         metric = PRIMARY.get(task, "final")
         lengths = set()
@@ -245,7 +242,6 @@ def plot(groups: list[dict], path: Path) -> Path:
     fig.suptitle(f"Length generalisation: mean ± sample SD over seeds; {chosen}", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 

@@ -29,6 +29,7 @@ from rgpt_dist.config import Config, from_dict
 from rgpt_dist.parallel.reshard import layout_for, merge_state_dicts
 from rgpt_dist.safe_load import UntrustedCheckpoint, load_pt, restricted_loads
 from rgpt_dist.checkpoints.record import TAG_PREFIX, verify
+from rgpt_dist.registry import build_model
 
 
 class ExportError(RuntimeError):
@@ -157,7 +158,6 @@ def _consolidate(tag_dir: Path, trust: bool) -> Consolidated:
 def _check_shapes(full: dict[str, torch.Tensor], cfg: Config, tag_dir: Path) -> None:
     """Exactly the config's model's parameter names, each with its shape (the model built on the meta
     device: no memory)."""
-    from rgpt_dist.registry import build_model
 
     with torch.device("meta"):
         expected = build_model(cfg.model).state_dict()

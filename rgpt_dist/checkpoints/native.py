@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from rgpt_dist.config import ModelConfig, from_dict
+from rgpt_dist.registry import build_model
 
 FORMAT = "rgpt-dist/native/1"
 
@@ -27,8 +28,6 @@ def write_native(sd: dict[str, torch.Tensor], cfg: ModelConfig, out_dir: Path, d
 def load_native(path: str | Path, dtype: torch.dtype = torch.float32) -> tuple[torch.nn.Module, dict]:
     """(model in eval mode, the config.json record) from a native export directory."""
     from safetensors.torch import load_file
-
-    from rgpt_dist.registry import build_model
 
     path = Path(path)
     try:

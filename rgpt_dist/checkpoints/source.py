@@ -6,19 +6,20 @@ from pathlib import Path
 
 import torch
 
+from rgpt_dist.checkpoints.consolidate import consolidate
+from rgpt_dist.checkpoints.native import load_native
+from rgpt_dist.registry import build_model
+
 
 def load_model(source: str | Path, trust: bool = False) -> tuple[torch.nn.Module, dict]:
     """(model in eval mode, fp32, on CPU; a record with at least `step` and `data` defaults).
     Exports are safetensors; checkpoints are read without running code unless trust=True (UNSAFE)."""
-    from rgpt_dist.checkpoints.native import load_native
 
     source = Path(source)
     native = source / "native" if (source / "native" / "config.json").is_file() else source
     if (native / "config.json").is_file() and (native / "model.safetensors").is_file():
         model, record = load_native(native)
         return model, _resolve_data(record, source)
-    from rgpt_dist.checkpoints.consolidate import consolidate
-    from rgpt_dist.registry import build_model
 
     c = consolidate(source, trust=trust)
     model = build_model(c.config.model)

@@ -23,6 +23,7 @@ from rgpt_dist.eval.finite import nonfinite_weights
 from rgpt_dist.flops import executed_forward_flops, forward_flops, head_flops
 from rgpt_dist.models.spec import spec_for
 from rgpt_dist.progress import bar
+from matplotlib.figure import Figure
 
 
 def val_batches(paths: list[str], split: str, batch_size: int, max_batches: int,
@@ -117,16 +118,12 @@ def write_curve(rows: list[dict], out_dir: Path, title: str = "") -> list[Path]:
 
 
 def plot_curve(rows: list[dict], path: Path, title: str = "") -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     points = [r for r in rows if r["depth"] is not None] or rows
     depth = [r["depth"] if r["depth"] is not None else 0 for r in points]
     loss = [r["loss"] for r in points]
     gflops = [r["flops_per_token"] / 1e9 for r in points]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    fig = Figure(figsize=(10, 4))  # no pyplot: no global figure state
+    a, b = fig.subplots(1, 2)
     a.plot(depth, loss, "o-")
     a.set(xlabel="recurrence depth R*", ylabel="validation loss", title="early exit / extrapolation")
     b.plot(gflops, loss, "o-")
@@ -138,4 +135,3 @@ def plot_curve(rows: list[dict], path: Path, title: str = "") -> None:
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)

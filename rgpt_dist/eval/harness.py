@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rgpt_dist import strict_json
+from rgpt_dist.export.remote_code import trust_remote_code
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 EXAMPLE_TASK = "rgpt_example"
@@ -114,7 +115,6 @@ def hf_model_args(hf_dir: str | Path, model_args_extra=None, remote_code: str = 
     (rgpt_dist.export.remote_code: "auto", "never" or "trust"; auto and never also refuse an export by
     which transformers would load code or files from outside it); `use_cache=False` unless
     model_args_extra sets it; `local_files_only` and `use_safetensors` always."""
-    from rgpt_dist.export.remote_code import trust_remote_code
 
     hf_dir = Path(hf_dir).expanduser().resolve()
     if not (hf_dir / "config.json").is_file():

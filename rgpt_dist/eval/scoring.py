@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rgpt_dist.eval.harness import BUNDLED_TASK_DATA, EXAMPLE_TASK, HarnessError, hf_model_args
+import numpy as np
 
 def load_task_items(task_data: str | Path | Sequence[Mapping[str, Any]] = EXAMPLE_TASK) -> list[dict]:
     """Items {"question", "choices", "gold"} from a bundled task name, a JSON Lines file or a list."""
@@ -189,7 +190,6 @@ def _continuation_loglikelihood(logits_fn: Callable, seq: list[int], n_cont: int
 def _score_item(doc_id: int, row: Mapping, loglikelihood: Callable) -> dict[str, Any]:
     """One multiple-choice item: the choices' log-likelihoods and the three predictions (raw, per
     character, per UTF-8 byte) against the gold index (-100 where a gold text is not a choice)."""
-    import numpy as np
 
     choices = list(row["choices"])
     gold = row["gold"]

@@ -30,7 +30,9 @@ from safetensors.torch import save_file
 
 from rgpt_dist.models.config import ModelConfig
 from rgpt_dist.export.shipping import ship
-from rgpt_dist.models.spec import spec_for
+from rgpt_dist.models.spec import families, spec_for
+from rgpt_dist.export.hf_looped.configuration_rgpt import RGPTConfig
+from rgpt_dist.registry import build_model
 
 WRITER = "rgpt_dist.export.hf_looped_writer:write_hf_looped"
 """A family spec's `hf_writer` naming this writer: its exports ship code (rgpt_dist.export.remote_code)."""
@@ -43,7 +45,6 @@ def hf_config(cfg: ModelConfig, *, r_eval: int | None = None, kv_strategy: str =
               dtype: torch.dtype = torch.float32):
     """The exported model's RGPTConfig (validates r_eval against the family's deepest depth, or refuses
     it for a family without a depth, and kv_strategy)."""
-    from rgpt_dist.export.hf_looped.configuration_rgpt import RGPTConfig
 
     spec, fields = spec_for(cfg), cfg.to_dict()
     # without a depth num_hidden_layers is not derived: the blocks one forward runs (RLT: n_enc + n_dec)
@@ -60,8 +61,6 @@ def hf_config(cfg: ModelConfig, *, r_eval: int | None = None, kv_strategy: str =
 
 
 def _check_state_dict(state_dict: dict[str, torch.Tensor], cfg: LoopedConfig) -> None:
-    from rgpt_dist.registry import build_model
-
     with torch.device("meta"):
         shapes = {k: tuple(v.shape) for k, v in build_model(cfg).state_dict().items()}
     missing, unexpected = sorted(set(shapes) - set(state_dict)), sorted(set(state_dict) - set(shapes))
@@ -99,7 +98,6 @@ def write_hf_looped(state_dict: dict[str, torch.Tensor], cfg: ModelConfig, out_d
 def write_code(family: str, out_dir: Path) -> list[str]:
     """The Python files of a `family` export (adapter + shipped native modules) into out_dir; returns
     their names. rgpt_dist.export.remote_code regenerates them to recognise an export's code as ours."""
-    from rgpt_dist.models.spec import families
 
     spec = families()[family]
     for name in CODE_FILES:

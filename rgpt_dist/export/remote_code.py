@@ -41,6 +41,8 @@ import reprlib
 import tempfile
 from pathlib import Path
 
+from rgpt_dist.models.spec import families
+
 POLICIES = ("auto", "never", "trust")
 
 # what rgpt-export writes into hf/ besides the model code (.py files, compared with this checkout's own)
@@ -140,7 +142,6 @@ def foreign_code(hf_dir: Path, family: object) -> list[str]:
     """The .py files of hf_dir that are not exactly what this checkout writes for `family` (missing,
     extra or different; a link or anything but a regular file is never read); [] when the code is ours."""
     from rgpt_dist.export.hf_looped_writer import WRITER, write_code
-    from rgpt_dist.models.spec import families
 
     if not isinstance(family, str) or family not in families() or families()[family].hf_writer != WRITER:
         return [f"config.json family {family!r} (no such family with shipped code in this checkout)"]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from typing import Any, ClassVar
+import rgpt_dist.models as models
 
 
 def _load(path: str) -> Any:
@@ -243,8 +244,6 @@ def _register(specs: dict[str, FamilySpec], spec: Any) -> None:
 
 
 def _discover() -> dict[str, FamilySpec]:
-    import rgpt_dist.models as models
-
     specs: dict[str, FamilySpec] = {}
     for info in sorted(pkgutil.iter_modules(models.__path__), key=lambda m: m.name):
         if info.ispkg:

@@ -12,10 +12,12 @@ import torch
 import torch.nn as nn
 
 from rgpt_dist.models.layers import LayerFactory, Parallel
+from rgpt_dist.registry import build_model
 
 
 def tp_layout(model: nn.Module) -> dict[str, int | None]:
     """Parameter name -> split dimension (None: replicated), read off the layers a tp model holds."""
+    # megatron-core (seconds to import) only where a tp model exists: export and layout_for need neither
     from megatron.core.tensor_parallel import VocabParallelEmbedding
 
     from rgpt_dist.parallel.tensor_parallel import ColumnLinear, RowLinear
@@ -50,7 +52,6 @@ def layout_for(cfg) -> dict[str, int | None]:
     """Parameter name -> split dimension for a model config, without building megatron layers:
     column-split weights and biases along dim 0, row-split weights along dim 1 (their bias is added
     after the reduction and replicated), vocabulary-split embeddings along dim 0."""
-    from rgpt_dist.registry import build_model
 
     with torch.device("meta"):
         model = build_model(cfg, factory=_SplitRecorder())

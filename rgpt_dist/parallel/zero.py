@@ -10,6 +10,7 @@ import torch.distributed.distributed_c10d as c10d
 
 from rgpt_dist.config.experiment import Config
 from rgpt_dist.parallel.dims import ParallelDims
+import socket
 
 
 def use_cpu_accelerator() -> None:
@@ -159,7 +160,6 @@ def _set_local_world_size() -> None:
     thinks it leads its node and they collide on the same shared-memory names."""
     if "LOCAL_WORLD_SIZE" in os.environ:
         return
-    import socket
 
     import torch.distributed as dist
 

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from rgpt_dist.durable import atomic_write_bytes, atomic_write_text
+from rgpt_dist.config.experiment import load_config
+from rgpt_dist.eval.grid import FINISHED, summarize_run
 
 RECORD_FILES = ("config.yaml", "metrics.jsonl")
 MACHINE_FIELDS = (("data", "paths"), ("log", "run_dir"), ("checkpoint", "dir"))
@@ -88,8 +90,6 @@ def _comparable(cfg) -> dict[str, Any]:
 def why_not(record_dir: str | Path, expected_cfg, data_dir: str | Path) -> str | None:
     """None when the record stands for the run the study would train now (expected_cfg, a loaded
     Config, on data_dir), else the reason it does not."""
-    from rgpt_dist.config.experiment import load_config
-    from rgpt_dist.eval.grid import FINISHED, summarize_run
 
     record_dir = Path(record_dir)
     if not (record_dir / "record.json").is_file():

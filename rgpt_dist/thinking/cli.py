@@ -22,6 +22,12 @@ import sys
 from pathlib import Path
 
 from rgpt_dist.algorithmic.cli import ROOT, Refused, _positive, _write_into, launch, parse
+from rgpt_dist.algorithmic.evaluate import EvalError
+from rgpt_dist.checkpoints.consolidate import ExportError
+from rgpt_dist.durable import UnsafePath
+from rgpt_dist.safe_paths import UnsafeOutput
+from rgpt_dist.thinking.frontier import FrontierError, frontier_run, load_frontiers, write_frontier, write_table
+from rgpt_dist.thinking.tasks import TASKS, ThinkingTaskError
 
 CONFIG_DIR = ROOT / "configs" / "thinking"
 PROG = "rgpt-think"
@@ -68,8 +74,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def train(args) -> int:
-    from rgpt_dist.thinking.tasks import TASKS
-
     if args.task not in TASKS:
         raise Refused(f"unknown thinking task {args.task!r}: expected one of {', '.join(TASKS)}")
     config = CONFIG_DIR / f"{args.task}.yaml"
@@ -79,8 +83,6 @@ def train(args) -> int:
 
 
 def frontier(args) -> int:
-    from rgpt_dist.thinking.frontier import frontier_run, write_frontier
-
     result = frontier_run(args.run_dir, args.difficulties, args.steps, args.n, args.batch_size, args.device,
                           args.trust_checkpoint, args.checkpoint)
     paths = _write_into(args.out or Path(args.run_dir) / "frontier", lambda tmp: write_frontier(result, tmp))
@@ -90,8 +92,6 @@ def frontier(args) -> int:
 
 
 def table(args) -> int:
-    from rgpt_dist.thinking.frontier import load_frontiers, write_table
-
     paths = _write_into(args.out, lambda tmp: write_table(load_frontiers(args.sources), tmp))
     print(Path(paths["md"]).read_text())
     print(f"wrote {', '.join(str(p) for p in paths.values())}")
@@ -103,16 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         args = parse(argv, _parser())
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else 2
-    from rgpt_dist.algorithmic.evaluate import EvalError
-    from rgpt_dist.durable import UnsafePath
-    from rgpt_dist.safe_paths import UnsafeOutput
-    from rgpt_dist.thinking.frontier import FrontierError
-    from rgpt_dist.thinking.tasks import ThinkingTaskError
 
-    refusals = (Refused, EvalError, FrontierError, ThinkingTaskError, UnsafeOutput, UnsafePath, FileNotFoundError)
-    if args.command == "frontier":
-        from rgpt_dist.checkpoints.consolidate import ExportError
-        refusals += (ExportError,)
+    refusals = (Refused, EvalError, FrontierError, ThinkingTaskError, UnsafeOutput, UnsafePath,
+                FileNotFoundError, ExportError)
     try:
         return {"train": train, "frontier": frontier, "table": table}[args.command](args)
     except refusals as e:

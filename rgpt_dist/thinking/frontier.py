@@ -29,6 +29,7 @@ from rgpt_dist.algorithmic.table import fmt, mean_sd
 from rgpt_dist.strict_json import dumps
 from rgpt_dist.thinking.tasks import TASKS, ThinkingTaskError, bucket, collate
 from rgpt_dist.progress import bar
+from matplotlib.figure import Figure
 
 EVAL_BATCH = 100
 
@@ -92,7 +93,6 @@ def frontier_run(run_dir: str | Path, difficulties=None, steps=None, n: int | No
             "accuracy": (correct / n).tolist(), "run_dir": str(Path(run_dir).resolve())}
 
 
-
 def _markdown(title: str, difficulties, steps, cells: list[list[str]], train_range, note: str = "") -> list[str]:
     lo, hi = train_range
     out = [f"### {title}", "", "| difficulty \\ steps | " + " | ".join(str(s) for s in steps) + " |",
@@ -105,11 +105,8 @@ def _markdown(title: str, difficulties, steps, cells: list[list[str]], train_ran
 
 def heatmap(values: np.ndarray, difficulties, steps, title: str, path: Path) -> Path:
     """The authors' picture: accuracy per (difficulty, steps), 0.4 (red) to 1.0 (green), annotated."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(1.0 + 0.75 * len(steps), 1.2 + 0.5 * len(difficulties)))
+    fig = Figure(figsize=(1.0 + 0.75 * len(steps), 1.2 + 0.5 * len(difficulties)))  # no pyplot: no global state
+    ax = fig.subplots()
     im = ax.imshow(values, cmap="RdYlGn", vmin=0.4, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(steps)), [str(s) for s in steps])
     ax.set_yticks(range(len(difficulties)), [str(d) for d in difficulties])
@@ -123,7 +120,6 @@ def heatmap(values: np.ndarray, difficulties, steps, title: str, path: Path) -> 
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 

@@ -7,6 +7,10 @@ from pathlib import Path
 
 import torch
 
+from rgpt_dist.checkpoints.consolidate import ExportError, find_tag_dir
+from rgpt_dist.checkpoints.source import load_model
+from rgpt_dist.train.checkpoint import CheckpointManager
+
 
 class InitFromMismatch(ValueError):
     """The source's weights are not this model's (another family or shape), or cannot be read;
@@ -16,7 +20,6 @@ class InitFromMismatch(ValueError):
 def wanted(cfg) -> bool:
     """checkpoint.init_from is set and the run has no checkpoint of its own to resume from (a tag
     directory: whether it verifies is the resume's business)."""
-    from rgpt_dist.train.checkpoint import CheckpointManager
 
     if not cfg.checkpoint.init_from:
         return False
@@ -26,7 +29,6 @@ def wanted(cfg) -> bool:
 
 def source_problem(source: str) -> str | None:
     """Preflight's cheap check: None when `source` names a complete checkpoint or a native export."""
-    from rgpt_dist.checkpoints.consolidate import ExportError, find_tag_dir
 
     path = Path(source)
     if (path / "config.json").is_file() or (path / "native" / "config.json").is_file():
@@ -41,8 +43,6 @@ def source_problem(source: str) -> str | None:
 def load_initial_weights(model: torch.nn.Module, source: str) -> None:
     """Copies the source's weights into the freshly built model (tp = 1, before sharding and the
     engine). Every name and shape must agree: a mismatch names the first few and changes nothing."""
-    from rgpt_dist.checkpoints.source import load_model
-    from rgpt_dist.checkpoints.consolidate import ExportError
 
     try:
         theirs = load_model(source)[0].state_dict()

@@ -25,6 +25,7 @@ import torch
 from rgpt_dist.config.experiment import Config
 from rgpt_dist.durable import atomic_write_text, fsync_dir, open_regular
 from rgpt_dist.progress import bar
+import uuid
 
 # Dense bf16 tensor-core peaks (FLOP/s) by device-name substring, for MFU on GPUs.
 GPU_PEAK_BF16 = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12, "L40S": 362e12, "A10G": 125e12}
@@ -70,7 +71,6 @@ def _wandb_run_id(run_dir: Path) -> str:
         if _RUN_ID.fullmatch(text):
             return text
         warnings.warn(f"{path} does not hold a wandb run id ({text[:40]!r}): starting a new wandb run", stacklevel=2)
-    import uuid
 
     run_id = uuid.uuid4().hex[:16]
     atomic_write_text(path, run_id)

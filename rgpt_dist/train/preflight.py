@@ -5,6 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from rgpt_dist.config.experiment import Config
+from rgpt_dist.data.index import DatasetError, check_split
+from rgpt_dist.data.suites import source_problems
+from rgpt_dist.data.uri import RemoteDataError
+from rgpt_dist.data.verify import check_split_data
 
 
 def preflight(cfg: Config, world_size: int) -> list[str]:
@@ -18,7 +22,6 @@ def preflight(cfg: Config, world_size: int) -> list[str]:
     if t.global_batch_size % (t.micro_batch_size * dp):
         out.append(f"train.global_batch_size={t.global_batch_size} is not divisible by train.micro_batch_size="
                    f"{t.micro_batch_size} x {dp} data-parallel ranks")
-    from rgpt_dist.data.suites import source_problems
     out += source_problems(cfg)
     splits = [cfg.data.train_split] + ([cfg.data.val_split] if cfg.eval.every_steps > 0 else [])
     if cfg.data.task and cfg.eval.every_steps > 0:  # a task is generated: data.paths are unused
@@ -52,9 +55,7 @@ def _remote_problems(root: str, splits: list[str], seq_len: int, data) -> list[s
     sequence length or a cache holding another version of the dataset is refused before the run
     starts. The shards themselves are checked as the cache receives them
     (rgpt_dist.data.streaming.SafeStream)."""
-    from rgpt_dist.data.index import DatasetError
     from rgpt_dist.data.streaming import fetch_index
-    from rgpt_dist.data.uri import RemoteDataError
 
     out = []
     for split in splits:
@@ -73,8 +74,6 @@ def _split_problems(root: Path, splits: list[str], seq_len: int, vocab_size: int
     (rgpt_dist.data.verify: offsets inside the file, every token id below model.vocab_size; this
     reads the whole dataset once per rank, from the page cache after the first: see that module for
     the cost). A remote dataset's are checked as they arrive: _remote_problems."""
-    from rgpt_dist.data.index import DatasetError, check_split
-    from rgpt_dist.data.verify import check_split_data
 
     out = []
     for split in splits:

@@ -28,6 +28,7 @@ from rgpt_dist.train.metrics import MetricsSink
 from rgpt_dist.train.optim import make_optimizer, make_scheduler
 from rgpt_dist.train.preemption import EXIT_PREEMPTED, StopRequested, ignore_signals, requeue_slurm_job
 from rgpt_dist.train.trainer import DifferentRun, Trainer
+from rgpt_dist.parallel.reshard import split_state_dict, tp_layout
 
 EXIT_REFUSED = 2  # like a bad config: nothing ran, nothing was written
 EXIT_SAVE_FAILED = 74  # EX_IOERR: a checkpoint could not be written; the previous one stays the newest
@@ -67,7 +68,7 @@ def with_loss_norm(factory: LayerFactory, cfg: Config) -> LayerFactory:
 def shard_model(full: torch.nn.Module, cfg: Config, dims: ParallelDims) -> torch.nn.Module:
     """The tensor-parallel model for this rank, initialised by splitting the full (tp = 1) one, so a
     run starts from the same weights whatever its tp size."""
-    from rgpt_dist.parallel.reshard import split_state_dict, tp_layout
+    # megatron-core (seconds to import, with warnings) only for a run with tp > 1
     from rgpt_dist.parallel.tensor_parallel import TensorParallelFactory, init_tensor_parallel
 
     init_tensor_parallel(dims.tp)

@@ -26,6 +26,7 @@ import torch
 
 from rgpt_dist.eval.appendix.common import Context, Result, check_model, figure, save_figure, trace
 from rgpt_dist.eval.appendix.diagnostics import CKAStats
+from matplotlib.ticker import MaxNLocator
 
 NAME = "dense_cka"
 TITLE = "E.4: cross-model CKA between recurrence steps and a dense model's layers"
@@ -115,7 +116,6 @@ def run(ctx: Context) -> Result:
 
 def _plot(matrix: list[list[float]], best: list[tuple[int, float]], path):
     """(a) the (step x dense layer) CKA heatmap with each step's best layer marked, (b) CKA vs layer per step."""
-    from matplotlib.ticker import MaxNLocator
     steps, n_layers = len(matrix), len(matrix[0])
     fig = figure((12, 1.5 + 0.5 * steps))
     ax_map, ax_lines = fig.subplots(1, 2)

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 from rgpt_dist import strict_json
 from rgpt_dist.eval.finite import nonfinite_weights
+from matplotlib.figure import Figure
 
 GATE_KEYS = ("gate_mean", "gate_std", "gate_hi", "gate_lo")
 STEP_FIELDS = ("loss", "kl_to_final") + GATE_KEYS + ("update_ratio", "fixed_point_delta")
@@ -246,7 +247,6 @@ def diagnose(model, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], r: int
 
 def figure(size: tuple[float, float]):
     """A matplotlib Figure drawn by the Agg canvas, without pyplot (no global backend or state)."""
-    from matplotlib.figure import Figure
     return Figure(figsize=size)
 
 

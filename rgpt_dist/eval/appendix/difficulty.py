@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from rgpt_dist.eval.appendix.common import Context, Result, check_model, exit_losses, figure, fmt, save_figure, trace
+from matplotlib import colormaps
 
 NAME = "difficulty"
 TITLE = "E.5: loss and gate by token-difficulty decile"
@@ -119,7 +120,6 @@ def _summary(d: dict) -> list[str]:
 
 
 def _plot(d: dict, path):
-    from matplotlib import colormaps
     r, full = d["r"], [dec for dec in d["deciles"] if dec["n"]]
     fig = figure((14, 4.2))
     ax_fit, ax_steps, ax_corr = fig.subplots(1, 3)

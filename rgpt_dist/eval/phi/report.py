@@ -19,9 +19,12 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from rgpt_dist import markdown as mdtext
-from rgpt_dist import strict_json
+from rgpt_dist import markdown as mdtext, strict_json
 from rgpt_dist.eval.phi.fit import PARAMS, LawFit, Observation
+from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 LAW = "L = E + A (N_once + r^phi N_rec)^-alpha + B D^-beta"
 R2_NOTE = "R^2 of log L (the fitted quantity): 1 - sum (log L - log L_hat)^2 / sum (log L - mean log L)^2"
@@ -96,11 +99,6 @@ def markdown(obs: Sequence[Observation], fits: Mapping[str, LawFit], intervals: 
 
 def plot(obs: Sequence[Observation], fits: Mapping[str, LawFit], path: Path) -> Path:
     """One panel per fit: L - B D^-beta against N_eff (log x), coloured by r, and E + A N_eff^-alpha."""
-    from matplotlib import colormaps
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import NullFormatter
-
     loss, tokens = np.array([o.loss for o in obs]), np.array([o.tokens for o in obs])
     n_once, n_rec, r = (np.array([getattr(o, k) for o in obs]) for k in ("n_once", "n_rec", "r"))
     rs = sorted(set(r.tolist()))

@@ -8,6 +8,7 @@ from rgpt_dist.models.flavours import CELLS, DEBUG_WIDTH, looped
 from rgpt_dist.depth import FixedDepth
 from rgpt_dist.models.poisson.config import PoissonConfig
 from rgpt_dist.models.spec import LoopedSpec
+from rgpt_dist.models.poisson.sampler import PoissonLogNormalDepth
 
 
 class PoissonSpec(LoopedSpec):
@@ -30,7 +31,6 @@ class PoissonSpec(LoopedSpec):
 
     def depth_sampler(self, cfg: Any):
         """Poisson-lognormal with mean E[r] per optimizer step, or always n_loops (depth_sampler=fixed)."""
-        from rgpt_dist.models.poisson.sampler import PoissonLogNormalDepth
 
         if cfg.depth_sampler == "fixed":
             return FixedDepth(cfg.n_loops)

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from rgpt_dist import strict_json
-from rgpt_dist.eval.grid import summarize, write_table
+from rgpt_dist.eval.grid import paper_val_loss, summarize, write_table
 from rgpt_dist.markdown import cell, code
 from rgpt_dist.studies.base import Run
+from matplotlib.figure import Figure
 
 SPREAD_FAMILY = "recurrent_gpt"
 """The model trained at every seed in `compare`: the run-to-run spread beside the differences."""
@@ -50,7 +51,6 @@ def model_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     their mean, sample SD (None for one seed) and max - min, our rank by the mean, and the paper's
     Table 1 validation loss of the cell (rgpt_dist.eval.grid.paper_val_loss) with its rank among the
     models that have one; sorted by our mean."""
-    from rgpt_dist.eval.grid import paper_val_loss
 
     by_model: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
@@ -119,14 +119,10 @@ def plot_early_exit(rows: list[dict[str, Any]], path: Path) -> None:
     """Validation loss at every exit depth of each depth-recurrent run, the dense runs as lines: the
     whole range on the left, zoomed on the right onto the losses from r = 1 on (a noise-state start,
     Poisson's r = 0, is 4x the rest). One colour per method, one line style per seed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     methods = list(dict.fromkeys(r["method"] for r in rows))
     seeds = list(dict.fromkeys(_split_name(r["name"])[1] for r in rows))
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    fig = Figure(figsize=(12, 4.8))  # no pyplot: no global figure state
+    axes = fig.subplots(1, 2)
     late = [x for r in rows for x in (r["early_exit"] or [])[1:]]
     late += [r["val_loss"] for r in rows if r["setting"] == "dense"]
     late = [x for x in late if x is not None and math.isfinite(x)]  # a diverged exit has no place on the axis
@@ -146,4 +142,3 @@ def plot_early_exit(rows: list[dict[str, Any]], path: Path) -> None:
     axes[1].legend(fontsize=6, loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)

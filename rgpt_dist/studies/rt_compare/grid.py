@@ -25,6 +25,7 @@ from rgpt_dist.studies.base import run_config, write_configs, write_text
 from rgpt_dist.models.flavours import flavour
 from rgpt_dist.models.config import ModelConfig
 from rgpt_dist.models.rt.config import SHAPES
+from rgpt_dist.flops import gpu_hours as flops_gpu_hours
 
 SEQ_LEN, GLOBAL_BATCH, MICRO_BATCH = 512, 512, 16
 TOKENS_PER_STEP = SEQ_LEN * GLOBAL_BATCH
@@ -58,7 +59,6 @@ def steps(name: str) -> int:
 
 def gpu_hours(name: str) -> float:
     """GPU-hours of one run by rgpt_dist.flops.gpu_hours at PEAK_FLOPS x MFU."""
-    from rgpt_dist.flops import gpu_hours as flops_gpu_hours
 
     model = from_dict(ModelConfig, flavour(name))
     return flops_gpu_hours(model, SEQ_LEN, steps(name), TOKENS_PER_STEP, PEAK_FLOPS, MFU)

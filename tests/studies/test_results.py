@@ -1,0 +1,107 @@
+"""The study results the docs report, rebuilt from the run records committed under results/ (config,
+metrics and evaluation of every run, no checkpoint), and compared with the tables in the docs: a
+table in the docs that its records do not give fails here.
+
+    results/compare-long/  make compare-long: docs/evaluation.md's ordering table
+    results/rlt/           make rlt: docs/families.md's per-seed parity table
+    results/thinking/      make thinking: docs/thinking.md's frontier
+"""
+import json
+import re
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+
+from rgpt_dist.eval.grid import summarize
+from rgpt_dist.studies import study
+from rgpt_dist.studies.base import Context
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "results"
+
+
+def _table_rows(doc: str, header_start: str) -> list[list[str]]:
+    """The body rows (cells stripped) of the first Markdown table in docs/<doc> whose header line
+    starts with header_start."""
+    lines = (ROOT / "docs" / doc).read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip().strip("*") for c in line.strip("|").split("|")])
+    return rows
+
+
+def _restored(name: str, tmp_path: Path) -> Path:
+    """The records of results/<name> copied into a fresh study directory, as `rgpt study` restores them."""
+    out = tmp_path / name
+    shutil.copytree(RESULTS / name, out)
+    return out
+
+
+def test_the_long_comparisons_ordering_is_its_records(tmp_path):
+    runs = study("compare-long").plan("long")
+    assert sorted(p.name for p in (RESULTS / "compare-long").iterdir()) == sorted(r.name for r in runs)
+    rows = {r["name"]: r for r in summarize(_restored("compare-long", tmp_path), stale_after_s=None)}
+    assert all(r["status"] == "finished" for r in rows.values())
+    by_method: dict[str, dict[int, dict]] = {}
+    for run in runs:
+        by_method.setdefault(rows[run.name]["method"], {})[run.seed] = rows[run.name]
+    doc = _table_rows("evaluation.md", "| rank | method | seed 1337 | seed 42 |")
+    assert len(doc) == len(by_method) == 6
+    means = []
+    for rank, method, s1337, s42, mean, sd, spread, gflops, _paper, _paper_rank in doc:
+        seeds = next(v for m, v in by_method.items() if method.startswith(m))
+        losses = [seeds[1337]["val_loss"], seeds[42]["val_loss"]]
+        assert [s1337, s42] == [f"{x:.4f}" for x in losses], method
+        assert mean == f"{statistics.fmean(losses):.4f}" and sd == f"{statistics.stdev(losses):.4f}", method
+        assert spread == f"{max(losses) - min(losses):.4f}", method
+        assert gflops == f"{seeds[1337]['train_flops_per_token'] / 1e9:.4f}", method
+        means.append(statistics.fmean(losses))
+    assert means == sorted(means)  # ranked by the mean
+
+
+def _final(record: Path, length: int) -> float:
+    return json.loads((record / "eval-last" / "eval.json").read_text())["test"][str(length)]["final"]
+
+
+def _last_loss(record: Path) -> float:
+    rows = [json.loads(line) for line in (record / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [r["loss"] for r in rows if "loss" in r][-1]
+
+
+RLT_ROWS = {"RLT-1 2 + 2 (`rlt-debug`)": "rlt1-2+2", "RLT-1 3 + 1": "rlt1-3+1", "RLT-0 2 + 2": "rlt0-2+2",
+            "Transformer, 4 layers (`rlt-transformer-debug`)": "transformer-4"}
+
+
+def test_the_rlt_parity_table_is_its_records(tmp_path):
+    """Per seed: final-bit accuracy at 64 / 256 bits of the last checkpoint, and the last training
+    loss (docs/families.md), from results/rlt; and the study's report rebuilds its table from them."""
+    runs = study("rlt").plan("cpu")
+    assert sorted(p.name for p in (RESULTS / "rlt").iterdir()) == sorted(r.name for r in runs)
+    doc = _table_rows("families.md", "| model | seed 42 | seed 43 |")
+    assert [row[0] for row in doc] == list(RLT_ROWS)
+    for label, *cells in doc:
+        for seed, text in zip((42, 43), cells):
+            record = RESULTS / "rlt" / f"parity-{RLT_ROWS[label]}-s{seed}"
+            want = f"{100 * _final(record, 64):.2f} / {100 * _final(record, 256):.2f} % ({_last_loss(record):.2g})"
+            assert text == want, (label, seed)
+    out = _restored("rlt", tmp_path)
+    paths = study("rlt").report(Context(out=out), runs)
+    table = paths["md"].read_text()
+    assert "Parity (256)" in table and "(n=2)" in table
+
+
+def test_the_thinking_frontier_is_its_records(tmp_path):
+    runs = study("thinking").plan("cpu")
+    assert sorted(p.name for p in (RESULTS / "thinking").iterdir()) == sorted(r.name for r in runs)
+    out = _restored("thinking", tmp_path)
+    paths = study("thinking").report(Context(out=out), runs)
+    rebuilt = [line for line in paths["md"].read_text().splitlines() if re.match(r"\| \d+ ", line)]
+    doc = (ROOT / "docs" / "thinking.md").read_text()
+    start = doc.index("| difficulty \\ steps |")
+    documented = [line for line in doc[start:].split("\n\n")[0].splitlines() if re.match(r"\| \d+ ", line)]
+    assert documented and documented == rebuilt
