@@ -184,7 +184,7 @@ class _Progress:
     def __init__(self, enabled: bool):
         self.bar, self.tokens, self.docs, self.t0 = None, 0, 0, time.perf_counter()
         if enabled:
-            from tqdm import tqdm
+            from tqdm import tqdm  # tqdm only when a bar is drawn
             self.bar = tqdm(unit="MB", desc="rgpt-prep", file=sys.stderr,
                             bar_format="{desc}: {n:.1f} MB of text [{elapsed}] {postfix}")
 

@@ -25,6 +25,7 @@ class RemoteOutputError(Exception):
 
 def _uploader(uri: str, local: Path):
     import_streaming()
+    # after import_streaming(): its torchvision shim first (data/mds.py)
     from streaming.base.storage import CloudUploader
 
     try:

@@ -106,7 +106,7 @@ def _command(launcher: str, nproc: int, config: str, overrides: list[str]) -> li
 
 def _visible_gpus() -> int:
     """The GPUs torch sees here (0 without CUDA), without initialising CUDA in this process."""
-    import torch
+    import torch  # torch only here: the module's other functions run without it
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 

@@ -67,7 +67,7 @@ def _main(argv: list[str] | None) -> int:
         progress.quiet()
     if args.name == "list":
         for name in NAMES:
-            print(f"  {name:13s} {study(name).summary}")
+            print(f"  {name:13s} {study(name).summary}\n  {'':13s} reproduces: {study(name).reproduces}")
         return 0
     if args.action is None:
         return _refuse(f"{args.name}: give an action: run, report or grid")

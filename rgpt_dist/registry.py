@@ -10,7 +10,7 @@ from rgpt_dist.models.spec import spec_for
 
 def build_model(cfg: ModelConfig, factory: Any = None, seed: int | None = None):
     """Instantiate the family's model; with `seed`, initialisation is reproducible."""
-    import torch
+    import torch  # torch only here: the module's other functions run without it
 
     if seed is not None:
         torch.manual_seed(seed)

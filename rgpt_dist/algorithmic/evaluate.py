@@ -187,7 +187,7 @@ def _task_of(config: dict):
 
 def score(model, batches, device: str = "cpu") -> Counts:
     """Pooled counts of `batches` (Batch objects): argmax of the fp32 logits at every position."""
-    import torch
+    import torch  # torch only here: the module's other functions run without it
 
     total = Counts()
     with torch.no_grad():
@@ -265,8 +265,9 @@ def evaluate_run(run_dir: str | Path, lengths=None, limit: int | None = None, ba
 
 def load_model(tag_dir: Path, device: str, trust: bool):
     """The checkpoint's model (fp32, eval mode, on `device`) and its step."""
-    import torch
+    import torch  # torch only here: the module's other functions run without it
 
+    # a torch-importing module: this one stays importable without torch
     from rgpt_dist.checkpoints.consolidate import consolidate
 
     c = consolidate(tag_dir, trust=trust)

@@ -37,10 +37,12 @@ class AlgorithmicSuite(TaskSuite):
         return out  # a value failing two bounds (inf) is reported once
 
     def validation_problem(self, task: str, dp: int) -> list[str]:
+        # the suite's loader pulls torch: config validation stays torch-free
         from rgpt_dist.algorithmic.loader import validation_problem
         return validation_problem(task, dp)
 
     def loaders(self, cfg: Any, dp: int, dp_rank: int) -> tuple[Any, list]:
+        # the suite's loader pulls torch: config validation stays torch-free
         from rgpt_dist.algorithmic.loader import TaskLoader, validation_batches
         d, t = cfg.data, cfg.train
         train = TaskLoader(d.task, t.seq_len, t.micro_batch_size, t.global_batch_size, dp, dp_rank, d.task_train_max)

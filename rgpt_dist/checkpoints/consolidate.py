@@ -93,7 +93,7 @@ def _fp32_masters(tag_dir: Path, tp_rank: int, trust: bool) -> dict[str, torch.T
     optim = _mp_files(tag_dir, tp_rank, "optim_states")
     if not optim:
         return None
-    from deepspeed.utils import zero_to_fp32
+    from deepspeed.utils import zero_to_fp32  # DeepSpeed (slow, picks its accelerator) only for ZeRO-3 shards
 
     with tempfile.TemporaryDirectory() as tmp:
         for f in optim + _mp_files(tag_dir, tp_rank, "model_states"):

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from rgpt_dist.config import ModelConfig, from_dict
 from rgpt_dist.registry import build_model
@@ -16,7 +17,6 @@ FORMAT = "rgpt-dist/native/1"
 
 def write_native(sd: dict[str, torch.Tensor], cfg: ModelConfig, out_dir: Path, dtype: torch.dtype,
                  meta: dict) -> None:
-    from safetensors.torch import save_file
 
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file({k: v.to(dtype).contiguous() for k, v in sd.items()}, str(out_dir / "model.safetensors"),
@@ -27,7 +27,6 @@ def write_native(sd: dict[str, torch.Tensor], cfg: ModelConfig, out_dir: Path, d
 
 def load_native(path: str | Path, dtype: torch.dtype = torch.float32) -> tuple[torch.nn.Module, dict]:
     """(model in eval mode, the config.json record) from a native export directory."""
-    from safetensors.torch import load_file
 
     path = Path(path)
     try:

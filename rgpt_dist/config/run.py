@@ -13,7 +13,7 @@ COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 
 def torch_cuda_available() -> bool:
     """Imports torch: for resolving `auto` settings when a run starts, never while loading a config."""
-    import torch
+    import torch  # torch only here: the module's other functions run without it
 
     return torch.cuda.is_available()
 

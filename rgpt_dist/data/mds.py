@@ -38,7 +38,7 @@ def import_streaming():
     stand_ins = {} if "transformers" in sys.modules else _transformers_stand_ins()
     sys.modules.update(stand_ins)
     try:
-        import streaming
+        import streaming  # after import_streaming(): its torchvision shim first (data/mds.py)
     finally:
         for name, module in stand_ins.items():
             if sys.modules.get(name) is module:
@@ -71,7 +71,7 @@ def mds_writer(out: str | Path, n_tokens: int, shard_mb: float, compression: str
 def merge_split_index(split_dir: str | Path, part_names: list[str]) -> None:
     """Write split_dir/index.json covering the shards of split_dir/<part>/index.json, in part order."""
     import_streaming()
-    from streaming.base.util import merge_index
+    from streaming.base.util import merge_index  # after import_streaming(): its torchvision shim first (data/mds.py)
 
     logging.getLogger("root").setLevel(logging.ERROR)  # merge_index warns about its temp folder
     merge_index([str(Path(split_dir) / p / "index.json") for p in part_names], str(split_dir))

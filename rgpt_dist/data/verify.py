@@ -97,6 +97,7 @@ def check_split_data(split_dir: str | Path, shards: list[dict[str, Any]], vocab_
             check_shard_data(map_file(raw), samples, n_tokens, vocab_size, f"{raw} (shard {i})")
             continue
         import_streaming()
+        # after import_streaming(): its torchvision shim first (data/mds.py)
         from streaming.base.compression import decompress
 
         zipped = split_dir / info["zip_data"]["basename"]

@@ -56,7 +56,7 @@ def make_task_manager(tasks: Sequence[str], include_path=None):
     """A lm-eval TaskManager that knows every name in `tasks`. Indexing lm-eval's ~15k built-in task
     YAMLs takes seconds, so the include paths alone are tried first and the built-ins only when a
     name is not found there. An unknown name raises HarnessError listing close matches."""
-    from lm_eval.tasks import TaskManager
+    from lm_eval.tasks import TaskManager  # lm-eval (seconds to import) only for `rgpt eval lm-eval`
 
     paths = [str(p) for p in include_paths(include_path)]
     tasks = _task_list(tasks)
@@ -100,7 +100,7 @@ def parse_model_args(extra: str | Mapping[str, Any] | None) -> dict[str, Any]:
     if extra is None:
         return {}
     if isinstance(extra, str):
-        from lm_eval.utils import simple_parse_args_string
+        from lm_eval.utils import simple_parse_args_string  # lm-eval (seconds to import) only for `rgpt eval lm-eval`
         return dict(simple_parse_args_string(extra))
     return dict(extra)
 
@@ -153,7 +153,7 @@ def run_lm_eval(hf_dir: str | Path, tasks: str | Sequence[str] = (EXAMPLE_TASK,)
     ..., "n": docs scored, "version": ..}}, settings, and with log_samples "samples": {task: [lm-eval's
     per-doc records]}}. Metric keys drop lm-eval's ",none" filter suffix (other filters keep it).
     batch_size=1 (default) reproduces own_accuracy bitwise; larger is faster but rounds differently."""
-    import lm_eval
+    import lm_eval  # lm-eval (seconds to import) only for `rgpt eval lm-eval`
 
     model_args = hf_model_args(hf_dir, model_args_extra, remote_code)
     task_names = _task_list(tasks)

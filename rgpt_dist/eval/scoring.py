@@ -58,6 +58,7 @@ def _hf_tokenizer_encoder(tok) -> Callable[[str], list[int]]:
 
 def _encoder(tokenizer) -> Callable[[str], list[int]]:
     if tokenizer is None:
+        # a torch-importing module: this one stays importable without torch
         from rgpt_dist.data.tokenizer import get_encoding
         tokenizer = get_encoding()
     if hasattr(tokenizer, "encode_ordinary"):  # tiktoken: plain text, special tokens not parsed
@@ -103,8 +104,8 @@ def load_hf_scorer(hf_dir: str | Path, model_args_extra=None, device: str = "cpu
     """(logits_fn, transformers tokenizer, max_length) for an exported directory, loaded as lm-eval
     loads it: AutoModelForCausalLM, trust_remote_code as the `remote_code` policy allows, dtype from
     the config, extra from_pretrained overrides such as r_eval."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import torch  # torch only here: the module's other functions run without it
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # transformers only for scoring a Hugging Face export
 
     args = hf_model_args(hf_dir, model_args_extra, remote_code)
     path = args.pop("pretrained")
@@ -137,6 +138,7 @@ def own_accuracy(model: str | Path | Callable, task_data: str | Path | Sequence[
     if callable(model) and not isinstance(model, (str, Path)):
         logits_fn, encode = model, _encoder(tokenizer)
         if prefix_token_id is None:
+            # a torch-importing module: this one stays importable without torch
             from rgpt_dist.data.tokenizer import EOT_TOKEN
             prefix_token_id = EOT_TOKEN
     else:
@@ -170,8 +172,8 @@ def _continuation_loglikelihood(logits_fn: Callable, seq: list[int], n_cont: int
                                 max_length: int | None) -> tuple[float, bool]:
     """log p(last n_cont tokens of seq | the tokens before them), and whether each of them is the
     argmax; the input is left-truncated to max_length tokens, as lm-eval does."""
-    import torch
-    import torch.nn.functional as F
+    import torch  # torch only here: the module's other functions run without it
+    import torch.nn.functional as F  # torch only here: the module's other functions run without it
 
     if max_length is not None:
         seq = seq[-(max_length + 1):]

@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from transformers import GPT2Config as HFGPT2Config
+from transformers import GPT2LMHeadModel
 
 from rgpt_dist.config import GPT2Config
 from rgpt_dist.checkpoints.consolidate import ExportError
@@ -69,8 +71,6 @@ def write_hf_gpt2(sd: dict[str, torch.Tensor], cfg: GPT2Config, out_dir: Path, *
                           "GPT2LMHeadModel, which has learned absolute positions only; export a dense model "
                           "trained with pos_encoding='learned' (looped families export every encoding), or one with "
                           f"the Llama / Qwen3 block, exported as such ({llama_mismatch(cfg)})")
-    from transformers import GPT2Config as HFGPT2Config
-    from transformers import GPT2LMHeadModel
 
     hf_cfg = HFGPT2Config(vocab_size=cfg.vocab_size, n_positions=cfg.block_size, n_embd=cfg.d_model,
                           n_layer=cfg.n_layer, n_head=cfg.n_head, layer_norm_epsilon=cfg.ln_eps,

@@ -20,6 +20,7 @@ import math
 from pathlib import Path
 
 import torch
+from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config
 
 from rgpt_dist.config import GPT2Config
 from rgpt_dist.checkpoints.consolidate import ExportError
@@ -70,7 +71,6 @@ def to_hf_state_dict(sd: dict[str, torch.Tensor], cfg: GPT2Config) -> dict[str, 
 
 def hf_config(cfg: GPT2Config, dtype: torch.dtype):
     """The transformers config of the same model (Qwen3Config with qk_norm, LlamaConfig without)."""
-    from transformers import LlamaConfig, Qwen3Config
 
     # the export ships GPT-2's tokenizer (rgpt_dist.export.tokenizer_files): its <|endoftext|> where the
     # vocabulary holds it, no special id otherwise (an algorithmic task's vocabulary, docs/algorithmic.md)
@@ -90,7 +90,6 @@ def write_hf_llama(sd: dict[str, torch.Tensor], cfg: GPT2Config, out_dir: Path, 
     """config.json + model.safetensors loadable by AutoModelForCausalLM without remote code."""
     if not is_llama_block(cfg):
         raise ExportError(f"{llama_mismatch(cfg)}: not the block of the Llama / Qwen3 export")
-    from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_config(hf_config(cfg, dtype))
     state = {k: v.to(dtype) for k, v in to_hf_state_dict(sd, cfg).items()}

@@ -9,6 +9,10 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+from transformers.convert_slow_tokenizer import TikTokenConverter
+
 from rgpt_dist.data.tokenizer import EOT_TOKEN, VocabularyUnavailable, find_vocab, get_encoding
 
 EOT = "<|endoftext|>"
@@ -16,8 +20,6 @@ EOT = "<|endoftext|>"
 
 def write_tokenizer(out_dir: Path, model_max_length: int) -> None:
     """tokenizer.json (byte-level BPE, GPT-2's pre-tokenizer) + tokenizer_config.json + special tokens."""
-    from transformers import PreTrainedTokenizerFast
-    from transformers.convert_slow_tokenizer import TikTokenConverter
 
     ranks = find_vocab()
     if ranks is None:
@@ -41,6 +43,7 @@ def write_export_tokenizer(out_dir: Path, config: Any) -> None:
     when data.task is set (rgpt_dist.data.suites: an algorithmic task's vocabulary), else GPT-2's."""
     task = getattr(config.data, "task", "")
     if task:
+        # the suite registry imports the suites: config stays free of them until asked
         from rgpt_dist.data.suites import not_a_task, suite_of_task
 
         suite = suite_of_task(task)
@@ -58,8 +61,6 @@ def write_task_tokenizer(out_dir: Path, vocab: Sequence[str], model_max_length: 
     is refused by the tokenizer (no unknown token). The special ids go into config.json (and
     generation_config.json where written): bos 1, eos 2, pad 0, in place of GPT-2's; config.json also
     names the task (`rgpt_task`: rgpt-eval lm-eval refuses such a model, its text tasks do not apply)."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     pad, bos, eos = vocab[:3]
     backend = Tokenizer(models.WordLevel(vocab={t: i for i, t in enumerate(vocab)}, unk_token=None))

@@ -30,6 +30,7 @@ from typing import Literal
 
 import torch
 import torch.nn as nn
+from torch._dynamo.utils import counters
 
 from rgpt_dist import noise
 from rgpt_dist.models.layers import Block, LMHead
@@ -73,7 +74,6 @@ def compile_stats() -> dict[str, int]:
     """This process's compilation so far: frames compiled (each compilation and recompilation of a
     region) and graph breaks inside compiled regions. Logged with every training record, so a run
     shows that r changing every step compiles nothing new."""
-    from torch._dynamo.utils import counters
 
     return {"compiled_frames": int(counters["frames"]["ok"]),
             "graph_breaks": int(sum(counters["graph_break"].values()))}

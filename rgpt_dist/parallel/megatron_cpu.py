@@ -48,6 +48,7 @@ def apply_cpu_compat() -> bool:
     global _APPLIED
     if torch.cuda.is_available() or _APPLIED:
         return False
+    # megatron-core (seconds to import) only where tensor parallelism runs
     from megatron.core.tensor_parallel import layers, mappings
 
     # the autograd functions look the helper up in the module at call time

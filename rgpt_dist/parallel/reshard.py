@@ -20,6 +20,7 @@ def tp_layout(model: nn.Module) -> dict[str, int | None]:
     # megatron-core (seconds to import) only where a tp model exists: export and layout_for need neither
     from megatron.core.tensor_parallel import VocabParallelEmbedding
 
+    # a torch-importing module: this one stays importable without torch
     from rgpt_dist.parallel.tensor_parallel import ColumnLinear, RowLinear
 
     layout = {}

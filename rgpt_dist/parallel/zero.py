@@ -4,13 +4,14 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from typing import Any
+import socket
 
 import torch
 import torch.distributed.distributed_c10d as c10d
+import torch.distributed as dist
 
 from rgpt_dist.config.experiment import Config
 from rgpt_dist.parallel.dims import ParallelDims
-import socket
 
 
 def use_cpu_accelerator() -> None:
@@ -64,7 +65,7 @@ class MegatronMPU:
                 "get_model_parallel_group": "get_tensor_model_parallel_group"}
 
     def __getattr__(self, name: str):
-        from megatron.core import parallel_state
+        from megatron.core import parallel_state  # megatron-core (seconds to import) only where tensor parallelism runs
 
         return getattr(parallel_state, self._ALIASES.get(name, name))
 
@@ -76,6 +77,7 @@ def register_tied_parameters(model: torch.nn.Module) -> None:
     registering it as the reader's external parameter makes the reader's own hook gather it. The
     readers are modules with `tied_parameters()` (the LM head). Call before deepspeed.initialize."""
     use_cpu_accelerator()
+    # after use_cpu_accelerator(): DeepSpeed picks its accelerator at import
     from deepspeed.runtime.zero.partition_parameters import register_external_parameter
 
     for module in model.modules():
@@ -97,6 +99,7 @@ def gather_per_unit(engine, units: list[torch.nn.Module]) -> None:
     the per-parameter hooks (reduced once, when autograd has summed every step's contribution).
     Call after init_engine; the unit's parameters are gathered for the unit's whole forward and backward."""
     use_cpu_accelerator()
+    # after use_cpu_accelerator(): DeepSpeed picks its accelerator at import
     from deepspeed.utils import set_z3_leaf_module
 
     offload = engine.optimizer.parameter_offload
@@ -117,7 +120,7 @@ def gather_per_unit(engine, units: list[torch.nn.Module]) -> None:
 def init_engine(model: torch.nn.Module, optimizer, scheduler, cfg: Config, dims: ParallelDims):
     """deepspeed.initialize with our optimizer and schedule (stepped by the engine at boundaries)."""
     use_cpu_accelerator()
-    import deepspeed
+    import deepspeed  # after use_cpu_accelerator(): DeepSpeed picks its accelerator at import
 
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
                                       config=ds_config(cfg, dims), mpu=MegatronMPU() if dims.tp > 1 else None)
@@ -127,7 +130,7 @@ def init_engine(model: torch.nn.Module, optimizer, scheduler, cfg: Config, dims:
 def init_distributed(cfg: Config) -> ParallelDims:
     """The process group (nccl on GPUs, gloo on CPU) and this process's place in it."""
     use_cpu_accelerator()
-    import deepspeed
+    import deepspeed  # after use_cpu_accelerator(): DeepSpeed picks its accelerator at import
 
     backend = cfg.parallel.backend
     if backend == "auto":
@@ -160,8 +163,6 @@ def _set_local_world_size() -> None:
     thinks it leads its node and they collide on the same shared-memory names."""
     if "LOCAL_WORLD_SIZE" in os.environ:
         return
-
-    import torch.distributed as dist
 
     hosts = [None] * dist.get_world_size()
     dist.all_gather_object(hosts, socket.gethostname())

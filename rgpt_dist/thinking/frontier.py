@@ -62,7 +62,7 @@ def frontier_run(run_dir: str | Path, difficulties=None, steps=None, n: int | No
                  batch_size: int = EVAL_BATCH, device: str = "cpu", trust: bool = False,
                  checkpoint: str = "last") -> dict[str, Any]:
     """The frontier.json record of one run (module docstring)."""
-    import torch
+    import torch  # torch only here: the module's other functions run without it
 
     config = run_config(run_dir)
     name, model_cfg = (config.get("data") or {}).get("task"), config.get("model") or {}

@@ -23,10 +23,12 @@ class ThinkingSuite(TaskSuite):
         return []
 
     def validation_problem(self, task: str, dp: int) -> list[str]:
+        # the suite's loader pulls torch: config validation stays torch-free
         from rgpt_dist.thinking.loader import validation_problem
         return validation_problem(task, dp)
 
     def loaders(self, cfg: Any, dp: int, dp_rank: int) -> tuple[Any, list]:
+        # the suite's loader pulls torch: config validation stays torch-free
         from rgpt_dist.thinking.loader import ThinkingLoader, validation_batches
         d, t = cfg.data, cfg.train
         train = ThinkingLoader(d.task, t.micro_batch_size, t.global_batch_size, dp, dp_rank)

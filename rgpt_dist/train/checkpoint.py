@@ -104,6 +104,7 @@ def _filesystem(path) -> str:
 def safe_checkpoint_engine(engine, trust: bool):
     """Swap the DeepSpeed engine's checkpoint engine for one whose loads are restricted (the writer
     is untouched). DeepSpeed reads model, optimizer and ZeRO partition files through it."""
+    # DeepSpeed picks its accelerator at import: only once the trainer has chosen it (use_cpu_accelerator)
     from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
 
     current = engine.checkpoint_engine

@@ -151,7 +151,7 @@ class MetricsSink:
         mode = _wandb_mode(cfg.log.wandb)
         if mode != "disabled":
             os.environ.setdefault("WANDB_SILENT", "true")
-            import wandb
+            import wandb  # wandb only when a run logs to it
             self.wandb = wandb.init(project=cfg.log.project, name=cfg.log.name or Path(cfg.log.run_dir).name,
                                     dir=cfg.log.run_dir, mode=mode, config=cfg.to_dict(), resume="allow",
                                     id=_wandb_run_id(Path(cfg.log.run_dir)))

@@ -106,6 +106,7 @@ def global_grad_norm(parameters, mpu=None) -> float:
     on every rank they would inflate the norm. One SUM over all ranks then adds the tp shards and
     counts each dp replica once (divided by dp), so a NaN on any rank (the step is skipped
     everywhere) makes every rank's norm NaN, logged as null, like DeepSpeed's norm at ZeRO 1-3."""
+    # DeepSpeed picks its accelerator at import: only once the trainer has chosen it (use_cpu_accelerator)
     from deepspeed.runtime.utils import is_model_parallel_parameter
 
     tp_rank, tp = (mpu.get_model_parallel_rank(), mpu.get_model_parallel_world_size()) if mpu is not None else (0, 1)

@@ -41,6 +41,7 @@ def _loaders(cfg: Config, dims: ParallelDims):
     (a task's loader is indexed by dp rank; for shards, streaming's `replication`)."""
     d, t = cfg.data, cfg.train
     if d.task:
+        # the suite registry imports the suites: config stays free of them until asked
         from rgpt_dist.data.suites import task_loaders
         return task_loaders(cfg, dims.dp, dims.dp_rank)
     common = dict(batch_size=t.micro_batch_size, seed=t.seed, num_canonical_nodes=d.num_canonical_nodes,

@@ -17,7 +17,9 @@ from rgpt_dist.studies.base import Context
 def test_list_names_every_study_and_help_leads_with_examples(capsys):
     assert study_main(["list"]) == 0
     said = capsys.readouterr().out
-    assert [line.split()[0] for line in said.splitlines()] == list(NAMES)
+    lines = said.splitlines()
+    assert [line.split()[0] for line in lines[::2]] == list(NAMES)
+    assert all(line.split()[0] == "reproduces:" for line in lines[1::2])
     with pytest.raises(SystemExit):
         study_main(["--help"])
     text = capsys.readouterr().out

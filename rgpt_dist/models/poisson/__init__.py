@@ -8,7 +8,6 @@ from rgpt_dist.models.flavours import CELLS, DEBUG_WIDTH, looped
 from rgpt_dist.depth import FixedDepth
 from rgpt_dist.models.poisson.config import PoissonConfig
 from rgpt_dist.models.spec import LoopedSpec
-from rgpt_dist.models.poisson.sampler import PoissonLogNormalDepth
 
 
 class PoissonSpec(LoopedSpec):
@@ -31,6 +30,8 @@ class PoissonSpec(LoopedSpec):
 
     def depth_sampler(self, cfg: Any):
         """Poisson-lognormal with mean E[r] per optimizer step, or always n_loops (depth_sampler=fixed)."""
+        # the sampler needs numpy: the family registry, and the GPU suite, load without it
+        from rgpt_dist.models.poisson.sampler import PoissonLogNormalDepth
 
         if cfg.depth_sampler == "fixed":
             return FixedDepth(cfg.n_loops)

@@ -74,8 +74,8 @@ class Compare(LanguageModelStudy):
 class CompareLong(Compare):
     name = "compare-long"
     summary = "compare at 10x the tokens, d = 128, every model at two seeds (hours; resumes across machines)"
-    reproduces = ("the same cell at 10x the tokens, two seeds each: the ordering with its spread; recorded in "
-                  "results/compare-long (docs/evaluation.md)")
+    reproduces = ("RecurrentGPT first at both seeds, as in the paper; RRT last where the paper has it second; the "
+                  "middle three within their seeds' spread (results/compare-long, docs/evaluation.md)")
     presets = ("long", "quick")
     record = "results/compare-long"
 

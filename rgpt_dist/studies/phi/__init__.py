@@ -22,6 +22,7 @@ from pathlib import Path
 from rgpt_dist.config import load_config
 from rgpt_dist.eval.phi.analysis import analyse
 from rgpt_dist.flops import train_flops
+from rgpt_dist.safe_paths import out_dir, publish, staging
 from rgpt_dist.studies.base import Context, LanguageModelStudy, Run
 from rgpt_dist.studies.launch import ROOT
 from rgpt_dist.studies.phi import grid as sweep
@@ -90,10 +91,12 @@ class Phi(LanguageModelStudy):
         if unfinished:
             print(f"phi: {len(unfinished)} run(s) not finished ({', '.join(unfinished)}); no fit", file=sys.stderr)
             return {}
-        out = Path(ctx.out) / "fit"
+        out = out_dir(Path(ctx.out) / "fit")  # written as `rgpt eval phi` writes: staged, then moved in
         out.mkdir(parents=True, exist_ok=True)
-        summary = analyse({"": [str(Path(ctx.out) / run.name) for run in runs]}, out,
-                          restarts=ctx.options.get("restarts", 500), samples=ctx.options.get("bootstrap", 200))
+        with staging(out, ".rgpt-phi-partial-") as tmp:
+            summary = analyse({"": [str(Path(ctx.out) / run.name) for run in runs]}, tmp,
+                              restarts=ctx.options.get("restarts", 500), samples=ctx.options.get("bootstrap", 200))
+            publish(tmp, out)
         print(summary)
         return {"md": out / "phi.md", "json": out / "phi.json", "png": out / "phi.png"}
 

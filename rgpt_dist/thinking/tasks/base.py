@@ -168,8 +168,9 @@ def bucket(task: ThinkingTask, split: str, difficulty, n: int | None = None) -> 
 def collate(task: ThinkingTask, examples, pad_to: int | None = None):
     """Pads examples into one `ThinkingInputs` (layout: rgpt_dist/thinking/inputs.py). pad_to: the
     padded length T (None: the longest example); it must hold every example and not exceed max_len."""
-    import torch
+    import torch  # torch only here: the module's other functions run without it
 
+    # a torch-importing module: this one stays importable without torch
     from rgpt_dist.thinking.inputs import ThinkingInputs
 
     examples = list(examples)

@@ -158,3 +158,26 @@ def test_a_case_study_is_its_runs_and_its_baseline_at_its_budgets(tmp_path):
         groups_of([str(tmp_path)], [], "rgpt")
     with pytest.raises(PhiInputError, match="exactly one runs directory"):
         groups_of([str(tmp_path), str(tmp_path)], [], "trunc")
+
+
+def test_the_phi_study_fits_its_runs_as_rgpt_eval_phi_does(runs, tmp_path, capsys):
+    """`rgpt study phi run`'s report (rgpt_dist.studies.phi) over the sweep's run directories: the same
+    fit, into OUT/fit, as `rgpt eval phi` over them; no fit while a run has not finished."""
+    import shutil
+
+    from rgpt_dist.studies.base import Context, Run
+    from rgpt_dist.studies.phi import PHI
+
+    study_dir = tmp_path / "study"
+    shutil.copytree(runs, study_dir)
+    plan = [Run(p.name, "configs/experiments/quickstart.yaml", "recurrent_gpt", 1337) for p in sorted(runs.iterdir())]
+    ctx = Context(out=study_dir, data=None, options={"restarts": 60, "bootstrap": 20})
+    paths = PHI.report(ctx, plan)
+    assert paths["json"] == study_dir / "fit" / "phi.json" and paths["png"].stat().st_size > 0
+    assert rgpt_eval(["phi", *(str(runs / r.name) for r in plan), "--out", str(tmp_path / "cli"),
+                      "--restarts", "60", "--bootstrap", "20"]) == 0
+    ours, theirs = (json.loads(p.read_text()) for p in (paths["json"], tmp_path / "cli" / "phi.json"))
+    assert ours["fits"] == theirs["fits"]
+    capsys.readouterr()
+    assert PHI.report(ctx, [*plan, Run("phi-missing", "configs/experiments/quickstart.yaml", "recurrent_gpt", 1)]) == {}
+    assert "not finished (phi-missing); no fit" in capsys.readouterr().err

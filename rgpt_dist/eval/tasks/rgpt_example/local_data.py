@@ -50,7 +50,7 @@ def read_jsonl(path: str | Path) -> list[dict]:
 def load_local_jsonl(data_files=None, config_source: str | None = None, **_metadata):
     """A `datasets.DatasetDict` {split: Dataset} from local JSON Lines files (see the module docstring).
     Extra metadata lm-eval passes (version, model_args entries, ...) is ignored."""
-    import datasets
+    import datasets  # lm-eval's task file: datasets only when the task loads
 
     base = Path(config_source).parent if config_source and config_source != "inline" else Path(__file__).parent
     splits = resolve_data_files(data_files, base)
