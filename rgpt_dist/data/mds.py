@@ -38,7 +38,7 @@ def import_streaming():
     stand_ins = {} if "transformers" in sys.modules else _transformers_stand_ins()
     sys.modules.update(stand_ins)
     try:
-        import streaming  # after import_streaming(): its torchvision shim first (data/mds.py)
+        import streaming  # here, with the stand-ins above in place
     finally:
         for name, module in stand_ins.items():
             if sys.modules.get(name) is module:

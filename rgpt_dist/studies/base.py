@@ -24,7 +24,6 @@ from rgpt_dist.flops import train_flops
 from rgpt_dist.studies.launch import ROOT, train_command
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Run:
     """One run of a study: trained from `config` with the study's overrides into OUT/<name>."""
