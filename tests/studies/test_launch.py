@@ -70,15 +70,20 @@ def test_an_interrupted_study_stops_its_runs_and_their_children(tmp_path):
         return [["env", f"N={run.name}", sys.executable, "-c",
                  f"import subprocess, sys; subprocess.run([sys.executable, '-c', {child!r}])"]]
 
-    timer = threading.Timer(3.0, lambda: os.kill(os.getpid(), signal.SIGINT))
-    timer.start()
+    def interrupt_once_both_run():  # Ctrl-C once both grandchildren have started, however slow the host
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not all(_written(tmp_path / f"pids{n}") for n in "ab"):
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_once_both_run, daemon=True).start()
     start = time.perf_counter()
     try:
         launch.run_all([Run("a"), Run("b"), Run("c")], commands, jobs=2, log_dir=tmp_path / "logs")
         raise AssertionError("not interrupted")
     except KeyboardInterrupt:
         pass
-    assert time.perf_counter() - start < 60
+    assert time.perf_counter() - start < 90
     started = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("pids"))
     assert started == ["pidsa", "pidsb"]  # two at a time; c never started
     for name in started:
@@ -91,3 +96,7 @@ def test_an_interrupted_study_stops_its_runs_and_their_children(tmp_path):
             time.sleep(0.05)
         else:
             raise AssertionError(f"grandchild {pid} of run {name[-1]} still runs")
+
+
+def _written(path) -> bool:
+    return path.is_file() and path.read_text() != ""
