@@ -76,6 +76,9 @@ def test_an_interrupted_study_stops_its_runs_and_their_children(tmp_path):
             time.sleep(0.05)
         os.kill(os.getpid(), signal.SIGINT)
 
+    # Python's own Ctrl-C handler for the test: an in-process training run earlier in the session may
+    # have left SIGINT ignored (the trainer's preemption handling)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Thread(target=interrupt_once_both_run, daemon=True).start()
     start = time.perf_counter()
     try:
@@ -83,6 +86,8 @@ def test_an_interrupted_study_stops_its_runs_and_their_children(tmp_path):
         raise AssertionError("not interrupted")
     except KeyboardInterrupt:
         pass
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert time.perf_counter() - start < 90
     started = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("pids"))
     assert started == ["pidsa", "pidsb"]  # two at a time; c never started
