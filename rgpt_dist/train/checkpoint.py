@@ -147,7 +147,11 @@ class CheckpointManager:
         if problem[0] is not None:
             raise SaveRefused(f"cannot save step {step}: {problem[0]}")
         with _GuardedWrites(engine) as guard:
-            engine.save_checkpoint(str(self.dir), tag=tag, client_state=client_state, save_latest=False)
+            # DeepSpeed's own copies (its zero_to_fp32.py recovery script) bypass the guarded engine;
+            # a failure inside it, recorded by the guard, comes first
+            outer = _attempt(lambda: engine.save_checkpoint(str(self.dir), tag=tag, client_state=client_state,
+                                                            save_latest=False), tag_dir)
+            guard.failure = guard.failure or outer
             rng = tag_dir / f"rng_rank{self.rank:05d}.pt"
             guard.write(lambda: torch.save({"torch": torch.get_rng_state()}, rng), rng)
         self._agree(guard.failure, step, tag_dir)  # every rank has written its files, or the save failed
