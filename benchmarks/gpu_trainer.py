@@ -223,8 +223,8 @@ def environment(run: Run) -> dict:
             res["versions"][name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             res["versions"][name] = None
-    from rgpt_dist.parallel.zero import use_cpu_accelerator
-    use_cpu_accelerator()  # DS_ACCELERATOR=cpu without CUDA, before deepspeed is imported
+    if not torch.cuda.is_available():  # as rgpt_dist.parallel.deepspeed_lib does, before deepspeed is imported
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
     for module in IMPORTS:
         try:
             with warnings.catch_warnings():  # megatron's "Transformer Engine and Apex are not installed", x4

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
+from tqdm import tqdm
 
 from data_prep.output import (FORMAT, OutputError, check_out, lock_out, prepare_staging, publish,
                               release_out, seal_part, staging_dir, write_json)
@@ -184,7 +185,6 @@ class _Progress:
     def __init__(self, enabled: bool):
         self.bar, self.tokens, self.docs, self.t0 = None, 0, 0, time.perf_counter()
         if enabled:
-            from tqdm import tqdm  # tqdm only when a bar is drawn
             self.bar = tqdm(unit="MB", desc="rgpt-prep", file=sys.stderr,
                             bar_format="{desc}: {n:.1f} MB of text [{elapsed}] {postfix}")
 

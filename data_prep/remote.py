@@ -24,12 +24,9 @@ class RemoteOutputError(Exception):
 
 
 def _uploader(uri: str, local: Path):
-    import_streaming()
-    # after import_streaming(): its torchvision shim first (data/mds.py)
-    from streaming.base.storage import CloudUploader
-
     try:
-        return CloudUploader.get((str(local), uri.rstrip("/")), keep_local=True, exist_ok=True)
+        return import_streaming().base.storage.CloudUploader.get((str(local), uri.rstrip("/")), keep_local=True,
+                                                                 exist_ok=True)
     except Exception as e:  # no bucket, no credentials, an endpoint that does not answer
         raise RemoteOutputError(f"{uri} at {endpoint(uri)}: {described(e)}") from None
 

@@ -74,15 +74,16 @@ def _main(argv: list[str] | None) -> int:
     s = study(args.name)
     if args.action == "grid":
         written = s.grid(ROOT)
-        print(f"{args.name}: wrote {len(written)} files" + (f" ({written[0]} ...)" if written else
-              " (its cluster grid is a hand-written script: see the study's docstring)"))
+        print(f"{args.name}: wrote {len(written)} file{'s' * (len(written) != 1)}"
+              + (f" ({written[0]}{' ...' * (len(written) > 1)})" if written else ""))
         return 0
     ctx, problem = _context(s, args)
     if problem:
         return _refuse(problem)
     if args.action == "report":
         paths = s.report(ctx, s.plan(ctx.preset))
-        print(f"wrote {', '.join(str(p) for p in paths.values())}")
+        if s.needs_data:  # the task suites' table commands print what they wrote themselves
+            print(f"wrote {', '.join(str(p) for p in paths.values())}")
         return 0
     try:
         chosen(s.plan(ctx.preset), args.only)  # a typo trains nothing

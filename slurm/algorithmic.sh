@@ -24,9 +24,9 @@
 #SBATCH --open-mode=append
 #SBATCH --output=logs/%x-%A_%a.out
 #
-# The studies, in array order; each is its TASKS x MODELS x SEEDS with its OVERRIDES, and inside a study
-# id - offset = (task * |MODELS| + model) * |SEEDS| + seed. --array above must be 0-(total - 1)
-# (tests/slurm/test_algorithmic.py checks it; `submit` computes the ranges from the lists):
+# Written by `rgpt study ... grid` from rgpt_dist/studies/algorithmic/grid.py: edit the grid there, not here.
+# The studies, in array order (slurm/studies.sh: id - offset = (task * |MODELS| + model) * |SEEDS|
+# + seed):
 #   main      0-107    6 tasks x (RLT-1 4+4 ... 8+0, Transformer 8) x seeds 42 43 44 (Tables 2, 3; Figures 6, 12)
 #   variants  108-287  6 tasks x (RLT-0, RLT-2 B = 4 at 4+4 ... 8+0) x 3 seeds (J.9, J.10, Tables 8, 9)
 #   sixteen   288-297  parity x (RLT-1 8+8 ... 16+0, Transformer 16) x seed 42, global batch 1,024 (J.8, Table 7)
@@ -42,15 +42,15 @@
 #   STAGE            run (train + eval; the array) or table              [run]
 #   RGPT_DRY_RUN=1   print the commands instead of running them
 STUDIES=(main variants sixteen)
-SPLITS=(4+4 5+3 6+2 7+1 8+0)
-# shellcheck disable=SC2034  # the study lists are read through namerefs (study_lists)
+# shellcheck disable=SC2034  # the study lists are read through namerefs (slurm/studies.sh)
 {
     MAIN_TASKS=(parity s5_standard s5_swaps mod5_flat mod5_brackets addition)
-    MAIN_MODELS=("${SPLITS[@]/#/rlt1-}" rlt-transformer-8)
+    MAIN_MODELS=(rlt1-4+4 rlt1-5+3 rlt1-6+2 rlt1-7+1 rlt1-8+0 rlt-transformer-8)
     MAIN_SEEDS=(42 43 44)
     MAIN_OVERRIDES=()
-    VARIANTS_TASKS=("${MAIN_TASKS[@]}")
-    VARIANTS_MODELS=("${SPLITS[@]/#/rlt0-}" "${SPLITS[@]/#/rlt2-}")
+    VARIANTS_TASKS=(parity s5_standard s5_swaps mod5_flat mod5_brackets addition)
+    VARIANTS_MODELS=(rlt0-4+4 rlt0-5+3 rlt0-6+2 rlt0-7+1 rlt0-8+0 rlt2-4+4 rlt2-5+3 rlt2-6+2 rlt2-7+1
+                     rlt2-8+0)
     VARIANTS_SEEDS=(42 43 44)
     VARIANTS_OVERRIDES=()
     SIXTEEN_TASKS=(parity)
@@ -60,7 +60,7 @@ SPLITS=(4+4 5+3 6+2 7+1 8+0)
     SIXTEEN_OVERRIDES=(train.global_batch_size=1024)
 }
 SUITE=slurm/algorithmic.sh SUITE_CLI=algo.py SUITE_RUNS=runs/algorithmic
-export OMP_NUM_THREADS=4  # the paper's four threads per run (--cpus-per-task)
+export OMP_NUM_THREADS=4  # the runs' threads (--cpus-per-task)
 
 show() { printf '%q ' "$@"; echo; }  # a command as the dry run prints it
 # shellcheck disable=SC2329  # called by studies.sh

@@ -1,6 +1,7 @@
 """The package's layers (docs/architecture.md), held by import-linter's contracts in .importlinter:
 imports run down the layers, and no package's modules import each other in a cycle. Each contract
 is also shown to fail: the same check on a copy of the sources with one wrong import added."""
+import ast
 import shutil
 import subprocess
 import sys
@@ -50,3 +51,30 @@ def test_a_wrong_import_breaks_a_contract(sources, tmp_path, victim, line, broke
     done = lint(copy)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
     assert "BROKEN" in done.stdout and broken in done.stdout, done.stdout[-3000:]
+
+
+def _function_imports() -> list[tuple[str, int, bool]]:
+    """(file, line, whether a comment beside it or on the line above gives a reason) for every import
+    inside a function of the three packages."""
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            lines = path.read_text().splitlines()
+            for func in ast.walk(ast.parse("\n".join(lines))):
+                if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                for node in ast.walk(func):
+                    if isinstance(node, (ast.Import, ast.ImportFrom)):
+                        here, above = lines[node.lineno - 1], lines[node.lineno - 2].strip()
+                        found.append((f"{path.relative_to(ROOT)}", node.lineno, "#" in here or above.startswith("#")))
+    return sorted(set(found))
+
+
+def test_few_imports_inside_functions_each_with_its_reason():
+    """docs/architecture.md: under 20 imports inside functions, each saying why; no sys.path edits."""
+    found = _function_imports()
+    assert len(found) < 20, "\n".join(f"{f}:{n}" for f, n, _ in found)
+    assert all(reason for *_, reason in found), [f"{f}:{n}" for f, n, reason in found if not reason]
+    edits = [p for package in PACKAGES for p in (ROOT / package).rglob("*.py") if "sys.path.insert" in p.read_text()
+             or "sys.path.append" in p.read_text()]
+    assert not edits, edits

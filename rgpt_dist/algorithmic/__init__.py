@@ -33,7 +33,17 @@ def get_task(name) -> Task:
     return TASKS[name]
 
 
-__all__ = ["TASKS", "get_task", "Task", "TaskError", "Example", "Batch", "make_batch",
+def validation_problem(task: str, dp: int) -> list[str]:
+    """Why the task's validation set cannot be split evenly over dp ranks ([] when it can)."""
+    t = get_task(task)
+    n = len(t.lengths("val")) * t.set_size("val")
+    if n % dp:
+        return [f"the {n} validation examples of data.task={t.name!r} ({len(t.lengths('val'))} lengths x "
+                f"{t.set_size('val')}) do not split evenly over {dp} data-parallel ranks"]
+    return []
+
+
+__all__ = ["TASKS", "get_task", "validation_problem", "Task", "TaskError", "Example", "Batch", "make_batch",
            "pad_examples", "heldout_batches", "BOS_ID", "EOS_ID", "PAD_ID", "IGNORE_INDEX",
            "MODEL_SEEDS", "SPLIT_SEEDS", "SPLITS", "TRAIN_SEED", "VAL_SEED", "TEST_SEED",
            "VAL_SET_SIZE", "TEST_SET_SIZE", "VOCAB_CAPACITY"]

@@ -30,16 +30,18 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 import yaml
 
 from rgpt_dist.algorithmic import TaskError, get_task, heldout_batches, make_batch
 from rgpt_dist.algorithmic.capped import capped
 from rgpt_dist.algorithmic.metrics import Counts, count, primary_metric
-from rgpt_dist.train.metrics import read_metrics
-from rgpt_dist.progress import bar
+from rgpt_dist.checkpoints.consolidate import consolidate
 from rgpt_dist.checkpoints.record import verify
+from rgpt_dist.progress import bar
 from rgpt_dist.registry import build_model
 from rgpt_dist.strict_json import dumps
+from rgpt_dist.train.metrics import read_metrics
 
 TAG_PREFIX = "step_"
 BEST_FILE = "best.json"
@@ -187,8 +189,6 @@ def _task_of(config: dict):
 
 def score(model, batches, device: str = "cpu") -> Counts:
     """Pooled counts of `batches` (Batch objects): argmax of the fp32 logits at every position."""
-    import torch  # torch only here: the module's other functions run without it
-
     total = Counts()
     with torch.no_grad():
         for b in batches:
@@ -265,11 +265,6 @@ def evaluate_run(run_dir: str | Path, lengths=None, limit: int | None = None, ba
 
 def load_model(tag_dir: Path, device: str, trust: bool):
     """The checkpoint's model (fp32, eval mode, on `device`) and its step."""
-    import torch  # torch only here: the module's other functions run without it
-
-    # a torch-importing module: this one stays importable without torch
-    from rgpt_dist.checkpoints.consolidate import consolidate
-
     c = consolidate(tag_dir, trust=trust)
     model = build_model(c.config.model)
     model.load_state_dict(c.state_dict, strict=True)

@@ -25,7 +25,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from rgpt_dist.algorithmic import IGNORE_INDEX, get_task, make_batch, pad_examples
+from rgpt_dist.algorithmic import IGNORE_INDEX, get_task, make_batch, pad_examples, validation_problem
 from rgpt_dist.algorithmic.capped import capped
 
 MODEL_IGNORE = -1  # the targets the layer factories' cross-entropy ignores
@@ -100,16 +100,6 @@ class TaskLoader:
         if not 0 <= state["micro"] < self.accum:  # checkpoints are taken between steps (micro 0)
             raise ValueError(f"cannot resume at micro-batch {state['micro']} of a step of {self.accum}")
         self.step, self.micro = int(state["step"]), int(state["micro"])
-
-
-def validation_problem(task: str, dp: int) -> list[str]:
-    """Why the task's validation set cannot be split evenly over dp ranks ([] when it can)."""
-    t = get_task(task)
-    n = len(t.lengths("val")) * t.set_size("val")
-    if n % dp:
-        return [f"the {n} validation examples of data.task={t.name!r} ({len(t.lengths('val'))} lengths x "
-                f"{t.set_size('val')}) do not split evenly over {dp} data-parallel ranks"]
-    return []
 
 
 def validation_batches(task: str, seq_len: int, micro_batch_size: int, dp: int,

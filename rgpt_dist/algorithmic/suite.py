@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from rgpt_dist.algorithmic import TASKS, capped, get_task
+from rgpt_dist.algorithmic import TASKS, capped, get_task, validation_problem
 from rgpt_dist.data.suites import TaskSuite
 
 
@@ -37,8 +37,6 @@ class AlgorithmicSuite(TaskSuite):
         return out  # a value failing two bounds (inf) is reported once
 
     def validation_problem(self, task: str, dp: int) -> list[str]:
-        # the suite's loader pulls torch: config validation stays torch-free
-        from rgpt_dist.algorithmic.loader import validation_problem
         return validation_problem(task, dp)
 
     def loaders(self, cfg: Any, dp: int, dp_rank: int) -> tuple[Any, list]:

@@ -9,6 +9,7 @@ import yaml
 
 from rgpt_dist.config.run import CheckpointConfig, DataConfig, EvalConfig, LogConfig, ParallelConfig
 from rgpt_dist.config.train import TrainConfig
+from rgpt_dist.data.suites import pairing_problem, suite_of_task
 from rgpt_dist.models.config import MAX_BLOCKS, ModelConfig
 from rgpt_dist.models.flavours import FLAVOURS, flavour
 from rgpt_dist.models.spec import spec_for
@@ -59,7 +60,6 @@ class Config(Section):
         config (TaskSuite.config_problems: the algorithmic tasks' sequence length and vocabulary)."""
         if not self.data.task:
             return []
-        from rgpt_dist.data.suites import pairing_problem, suite_of_task  # numpy: only where a task is named
 
         try:
             wanted = spec_for(self.model).task_suite

@@ -5,6 +5,8 @@ import dataclasses
 import re
 from typing import Literal
 
+from rgpt_dist.data.suites import not_a_task, suite_of_task
+from rgpt_dist.data.uri import uri_problem
 from rgpt_dist.sections import Section, out_of_bounds
 
 MAX_WORKERS = 256
@@ -66,7 +68,6 @@ class DataConfig(Section):
     def problems(self, path: str) -> list[str]:
         out = []
         if self.task:
-            from rgpt_dist.data.suites import not_a_task, suite_of_task  # numpy only: configs stay torch-free
             suite = suite_of_task(self.task)
             if suite is None:
                 out.append(f"{path}.task={not_a_task(self.task)}")
@@ -84,7 +85,6 @@ class DataConfig(Section):
         out += out_of_bounds(path, ">", 0, download_timeout_s=self.download_timeout_s)
         if self.cache_limit and not re.fullmatch(r"[0-9]+(\.[0-9]+)?[kmgt]?b?", self.cache_limit.lower()):
             out.append(f"{path}.cache_limit={self.cache_limit!r} is not a size like 500mb or 20gb")
-        from rgpt_dist.data.uri import uri_problem  # no torch: configs stay torch-free
         out += [f"{path}.paths[{i}]={p!r}: {problem}" for i, p in enumerate(self.paths if not self.task else [])
                 if (problem := uri_problem(p))]
         out += out_of_bounds(path, "<=", MAX_WORKERS, num_workers=self.num_workers)

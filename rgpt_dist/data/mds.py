@@ -29,7 +29,7 @@ def import_streaming():
     usable = False
     if importlib.util.find_spec("torchvision") is not None:
         try:
-            import torchvision  # noqa: F401
+            import torchvision  # noqa: F401  (only to learn whether it loads beside this torch)
             usable = True
         except Exception:  # RuntimeError: operator torchvision::nms does not exist, and similar
             sys.modules.pop("torchvision", None)
@@ -70,8 +70,6 @@ def mds_writer(out: str | Path, n_tokens: int, shard_mb: float, compression: str
 
 def merge_split_index(split_dir: str | Path, part_names: list[str]) -> None:
     """Write split_dir/index.json covering the shards of split_dir/<part>/index.json, in part order."""
-    import_streaming()
-    from streaming.base.util import merge_index  # after import_streaming(): its torchvision shim first (data/mds.py)
-
+    merge_index = import_streaming().base.util.merge_index
     logging.getLogger("root").setLevel(logging.ERROR)  # merge_index warns about its temp folder
     merge_index([str(Path(split_dir) / p / "index.json") for p in part_names], str(split_dir))

@@ -18,11 +18,8 @@ def read_token_samples(split_dir: str | Path, limit: int, scratch: str | Path,
     (rgpt_dist.data.index); compressed shards are decompressed into `scratch` (a private directory),
     never into the dataset, and must decompress to their recorded size. Each shard read is checked
     whole first (rgpt_dist.data.verify: its offsets table, and with vocab_size every token id)."""
-    import_streaming()
-    # after import_streaming(): its torchvision shim first (data/mds.py)
-    from streaming.base.compression import decompress
-    # after import_streaming(): its torchvision shim first (data/mds.py)
-    from streaming.base.format.mds.reader import MDSReader
+    streaming = import_streaming()
+    decompress, MDSReader = streaming.base.compression.decompress, streaming.base.format.mds.reader.MDSReader
 
     split_dir, out = Path(split_dir), []
     for i, info in enumerate(check_split(split_dir)):

@@ -176,14 +176,11 @@ def fetch_index(root: str, split: str, timeout: float, cache_dir: str | None = N
     the preflight of a remote dataset (its shards are checked as they arrive: SafeStream). A cached
     index that differs from it is refused: the dataset was replaced at its prefix, and the cache's
     shards, keyed by name, may be the old dataset's."""
-    # after import_streaming(): its torchvision shim first (data/mds.py)
-    from streaming.base.storage import CloudDownloader
-
     uri = f"{root.rstrip('/')}/{split}/index.json"
     with tempfile.TemporaryDirectory() as tmp:
         local = Path(tmp) / split / "index.json"
         try:
-            CloudDownloader.direct_download(uri, str(local), timeout)
+            streaming.base.storage.CloudDownloader.direct_download(uri, str(local), timeout)
         except Exception as e:
             raise RemoteDataError(f"could not fetch {uri} from {endpoint(uri)}: {described(e)}") from e
         shards = check_split(local.parent, local=False)
@@ -267,12 +264,9 @@ def cleanup_stale_state() -> None:
     """Remove what killed or finished runs leave behind: streaming's stale shared-memory segments and
     its lock files in the temp directory that no live process holds. Contains a barrier when a
     process group exists: call it on every rank or on none."""
-    # after import_streaming(): its torchvision shim first (data/mds.py)
-    from streaming.base.util import clean_stale_shared_memory
-
     for attempt in range(3):  # a dying process's resource tracker may unlink a segment under us
         try:
-            clean_stale_shared_memory()
+            streaming.base.util.clean_stale_shared_memory()
             break
         except FileNotFoundError:
             if attempt == 2:

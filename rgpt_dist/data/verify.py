@@ -96,11 +96,7 @@ def check_split_data(split_dir: str | Path, shards: list[dict[str, Any]], vocab_
         if info["compression"] is None or raw.is_file():
             check_shard_data(map_file(raw), samples, n_tokens, vocab_size, f"{raw} (shard {i})")
             continue
-        import_streaming()
-        # after import_streaming(): its torchvision shim first (data/mds.py)
-        from streaming.base.compression import decompress
-
-        zipped = split_dir / info["zip_data"]["basename"]
+        zipped, decompress = split_dir / info["zip_data"]["basename"], import_streaming().base.compression.decompress
         data = np.frombuffer(decompress(info["compression"], zipped.read_bytes()), np.uint8)
         if data.size != info["raw_data"]["bytes"]:
             raise DatasetError(f"{zipped} (shard {i}): decompresses to {data.size} bytes, not the "

@@ -23,8 +23,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rgpt_dist.eval.harness import BUNDLED_TASK_DATA, EXAMPLE_TASK, HarnessError, hf_model_args
 import numpy as np
+import torch
+import torch.nn.functional as F
+
+from rgpt_dist.data.tokenizer import EOT_TOKEN, get_encoding
+from rgpt_dist.eval.harness import BUNDLED_TASK_DATA, EXAMPLE_TASK, HarnessError, hf_model_args
+
 
 def load_task_items(task_data: str | Path | Sequence[Mapping[str, Any]] = EXAMPLE_TASK) -> list[dict]:
     """Items {"question", "choices", "gold"} from a bundled task name, a JSON Lines file or a list."""
@@ -58,8 +63,6 @@ def _hf_tokenizer_encoder(tok) -> Callable[[str], list[int]]:
 
 def _encoder(tokenizer) -> Callable[[str], list[int]]:
     if tokenizer is None:
-        # a torch-importing module: this one stays importable without torch
-        from rgpt_dist.data.tokenizer import get_encoding
         tokenizer = get_encoding()
     if hasattr(tokenizer, "encode_ordinary"):  # tiktoken: plain text, special tokens not parsed
         return tokenizer.encode_ordinary
@@ -104,7 +107,6 @@ def load_hf_scorer(hf_dir: str | Path, model_args_extra=None, device: str = "cpu
     """(logits_fn, transformers tokenizer, max_length) for an exported directory, loaded as lm-eval
     loads it: AutoModelForCausalLM, trust_remote_code as the `remote_code` policy allows, dtype from
     the config, extra from_pretrained overrides such as r_eval."""
-    import torch  # torch only here: the module's other functions run without it
     from transformers import AutoModelForCausalLM, AutoTokenizer  # transformers only for scoring a Hugging Face export
 
     args = hf_model_args(hf_dir, model_args_extra, remote_code)
@@ -138,8 +140,6 @@ def own_accuracy(model: str | Path | Callable, task_data: str | Path | Sequence[
     if callable(model) and not isinstance(model, (str, Path)):
         logits_fn, encode = model, _encoder(tokenizer)
         if prefix_token_id is None:
-            # a torch-importing module: this one stays importable without torch
-            from rgpt_dist.data.tokenizer import EOT_TOKEN
             prefix_token_id = EOT_TOKEN
     else:
         logits_fn, tok, hf_max = load_hf_scorer(model, model_args_extra, device, remote_code)
@@ -172,9 +172,6 @@ def _continuation_loglikelihood(logits_fn: Callable, seq: list[int], n_cont: int
                                 max_length: int | None) -> tuple[float, bool]:
     """log p(last n_cont tokens of seq | the tokens before them), and whether each of them is the
     argmax; the input is left-truncated to max_length tokens, as lm-eval does."""
-    import torch  # torch only here: the module's other functions run without it
-    import torch.nn.functional as F  # torch only here: the module's other functions run without it
-
     if max_length is not None:
         seq = seq[-(max_length + 1):]
     inp = torch.tensor([seq[:-1]], dtype=torch.long)                    # (1, T)

@@ -41,6 +41,7 @@ import reprlib
 import tempfile
 from pathlib import Path
 
+from rgpt_dist.export.hf_looped_writer import AUTO_MAP, WRITER, write_code
 from rgpt_dist.models.spec import families
 
 POLICIES = ("auto", "never", "trust")
@@ -141,9 +142,6 @@ def _key_problems(hf_dir: Path, files: set[str], config: dict) -> list[str]:
 def foreign_code(hf_dir: Path, family: object) -> list[str]:
     """The .py files of hf_dir that are not exactly what this checkout writes for `family` (missing,
     extra or different; a link or anything but a regular file is never read); [] when the code is ours."""
-    # a torch-importing module: this one stays importable without torch
-    from rgpt_dist.export.hf_looped_writer import WRITER, write_code
-
     if not isinstance(family, str) or family not in families() or families()[family].hf_writer != WRITER:
         return [f"config.json family {family!r} (no such family with shipped code in this checkout)"]
     with tempfile.TemporaryDirectory() as tmp:
@@ -158,9 +156,6 @@ def foreign_code(hf_dir: Path, family: object) -> list[str]:
 
 def _code(hf_dir: Path, files: set[str], config: dict) -> tuple[list[str], list[str]]:
     """(the code hf_dir ships, what of it is not exactly this checkout's)."""
-    # a torch-importing module: this one stays importable without torch
-    from rgpt_dist.export.hf_looped_writer import AUTO_MAP
-
     code, differ = [], []
     tokenizer = _json(hf_dir, "tokenizer_config.json") if "tokenizer_config.json" in files else {}
     if "auto_map" in tokenizer:  # rgpt-export ships no tokenizer code

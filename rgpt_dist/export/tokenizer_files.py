@@ -13,6 +13,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_token
 from transformers import PreTrainedTokenizerFast
 from transformers.convert_slow_tokenizer import TikTokenConverter
 
+from rgpt_dist.data.suites import not_a_task, suite_of_task
 from rgpt_dist.data.tokenizer import EOT_TOKEN, VocabularyUnavailable, find_vocab, get_encoding
 
 EOT = "<|endoftext|>"
@@ -43,9 +44,6 @@ def write_export_tokenizer(out_dir: Path, config: Any) -> None:
     when data.task is set (rgpt_dist.data.suites: an algorithmic task's vocabulary), else GPT-2's."""
     task = getattr(config.data, "task", "")
     if task:
-        # the suite registry imports the suites: config stays free of them until asked
-        from rgpt_dist.data.suites import not_a_task, suite_of_task
-
         suite = suite_of_task(task)
         if suite is None:
             raise ValueError(f"data.task={not_a_task(task)}")

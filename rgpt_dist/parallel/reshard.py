@@ -16,21 +16,15 @@ from rgpt_dist.registry import build_model
 
 
 def tp_layout(model: nn.Module) -> dict[str, int | None]:
-    """Parameter name -> split dimension (None: replicated), read off the layers a tp model holds."""
-    # megatron-core (seconds to import) only where a tp model exists: export and layout_for need neither
-    from megatron.core.tensor_parallel import VocabParallelEmbedding
-
-    # a torch-importing module: this one stays importable without torch
-    from rgpt_dist.parallel.tensor_parallel import ColumnLinear, RowLinear
-
+    """Parameter name -> split dimension (None: replicated), read off a tp model's parameters: the
+    attributes megatron-core's parallel layers set on the parameters they split (`tensor_model_parallel`,
+    `partition_dim`; what DeepSpeed's is_model_parallel_parameter reads too). Column-parallel weights
+    and biases and vocabulary-parallel embeddings are split along dim 0, row-parallel weights along
+    dim 1; a row-parallel bias (added after the reduction) and every plain layer are replicated."""
     layout = {}
     for module_name, module in model.named_modules():
-        for name, _ in module.named_parameters(recurse=False):
-            dim = None
-            if isinstance(module, (ColumnLinear, VocabParallelEmbedding)):
-                dim = 0
-            elif isinstance(module, RowLinear) and name == "weight":
-                dim = 1
+        for name, param in module.named_parameters(recurse=False):
+            dim = param.partition_dim if getattr(param, "tensor_model_parallel", False) else None
             layout[f"{module_name}.{name}" if module_name else name] = dim
     return layout
 

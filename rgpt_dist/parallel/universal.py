@@ -31,6 +31,7 @@ from typing import Iterator
 import torch
 
 from rgpt_dist.durable import UnsafePath, fsync_tree
+from rgpt_dist.parallel.deepspeed_lib import ds_to_universal
 from rgpt_dist.safe_load import load_pt, restricted_loads
 
 KEY = "universal_checkpoint_info"  # the client-state key ds_to_universal reads
@@ -81,8 +82,6 @@ def convert(tag_dir: Path, out_dir: Path) -> Path:
     been planted), written beside it and renamed into place. Runs on one process (no
     torch.distributed; DeepSpeed's own worker pools off); every file is read with our restricted
     loader (the source should be verified first, as newest_valid does)."""
-    from deepspeed.checkpoint.ds_to_universal import main as to_universal  # DeepSpeed picks its accelerator at import
-
     tmp, source = out_dir.with_name(out_dir.name + ".tmp"), out_dir.with_name(out_dir.name + ".input")
     for stale in (out_dir.parent, tmp, out_dir, source):  # made afresh every time: never one found here
         if stale.is_symlink():
@@ -91,7 +90,7 @@ def convert(tag_dir: Path, out_dir: Path) -> Path:
         shutil.rmtree(stale, ignore_errors=True)
     _stage_input(tag_dir, source)
     with deepspeed_loads_restricted():
-        to_universal(argparse.Namespace(input_folder=str(source), output_folder=str(tmp), num_extract_workers=1,
+        ds_to_universal(argparse.Namespace(input_folder=str(source), output_folder=str(tmp), num_extract_workers=1,
                                         num_merge_workers=1, keep_temp_folder=False, strict=True,
                                         inject_missing_state=False))
     shutil.rmtree(source)

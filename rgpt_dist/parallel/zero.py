@@ -2,23 +2,17 @@
 from __future__ import annotations
 
 import os
+import socket
 from datetime import timedelta
 from typing import Any
-import socket
 
 import torch
 import torch.distributed.distributed_c10d as c10d
 import torch.distributed as dist
 
 from rgpt_dist.config.experiment import Config
+from rgpt_dist.parallel.deepspeed_lib import deepspeed, register_external_parameter, set_z3_leaf_module
 from rgpt_dist.parallel.dims import ParallelDims
-
-
-def use_cpu_accelerator() -> None:
-    """DeepSpeed picks its accelerator at import: without CUDA it must be told to use the CPU.
-    Called before the first `import deepspeed`."""
-    if not torch.cuda.is_available():
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 
 def trainer_clips(cfg: Config) -> bool:
@@ -76,10 +70,6 @@ def register_tied_parameters(model: torch.nn.Module) -> None:
     reads the tied embedding without that interception and would see the partitioned, empty tensor:
     registering it as the reader's external parameter makes the reader's own hook gather it. The
     readers are modules with `tied_parameters()` (the LM head). Call before deepspeed.initialize."""
-    use_cpu_accelerator()
-    # after use_cpu_accelerator(): DeepSpeed picks its accelerator at import
-    from deepspeed.runtime.zero.partition_parameters import register_external_parameter
-
     for module in model.modules():
         for param in getattr(module, "tied_parameters", list)():
             register_external_parameter(module, param)
@@ -98,10 +88,6 @@ def gather_per_unit(engine, units: list[torch.nn.Module]) -> None:
     once per call, and the shared core runs r times per forward. Set afterwards, gradients stay on
     the per-parameter hooks (reduced once, when autograd has summed every step's contribution).
     Call after init_engine; the unit's parameters are gathered for the unit's whole forward and backward."""
-    use_cpu_accelerator()
-    # after use_cpu_accelerator(): DeepSpeed picks its accelerator at import
-    from deepspeed.utils import set_z3_leaf_module
-
     offload = engine.optimizer.parameter_offload
     inner = [m for unit in units for m in unit.modules() if m is not unit]
     hook_dicts = {id(d) for m in inner for d in (m._forward_pre_hooks, m._forward_hooks)}
@@ -119,9 +105,6 @@ def gather_per_unit(engine, units: list[torch.nn.Module]) -> None:
 
 def init_engine(model: torch.nn.Module, optimizer, scheduler, cfg: Config, dims: ParallelDims):
     """deepspeed.initialize with our optimizer and schedule (stepped by the engine at boundaries)."""
-    use_cpu_accelerator()
-    import deepspeed  # after use_cpu_accelerator(): DeepSpeed picks its accelerator at import
-
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
                                       config=ds_config(cfg, dims), mpu=MegatronMPU() if dims.tp > 1 else None)
     return engine
@@ -129,9 +112,6 @@ def init_engine(model: torch.nn.Module, optimizer, scheduler, cfg: Config, dims:
 
 def init_distributed(cfg: Config) -> ParallelDims:
     """The process group (nccl on GPUs, gloo on CPU) and this process's place in it."""
-    use_cpu_accelerator()
-    import deepspeed  # after use_cpu_accelerator(): DeepSpeed picks its accelerator at import
-
     backend = cfg.parallel.backend
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"

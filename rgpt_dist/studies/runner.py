@@ -25,14 +25,16 @@ def run(study: Study, ctx: Context, *, only: str | None = None, record: Path | N
         on_end = _recorder(study, ctx, record)
     failed = run_all(todo, lambda r: study.commands(r, ctx), ctx.jobs, log_dir=ctx.out, on_end=on_end)
     paths = study.report(ctx, runs)
-    if paths.get("md") is not None and paths["md"].is_file() and study.needs_data:
+    printed = not study.needs_data  # the task suites' table commands print their table and paths themselves
+    if paths.get("md") is not None and paths["md"].is_file() and not printed:
         print(paths["md"].read_text())
     if record is not None:
         kept = [record / r.name for r in runs]
         print(f"the runs' wall time, summed over the machines that trained them: "
               f"{records.wall_seconds(kept) / 3600:.2f} h ({records.wall_seconds(kept, 'train_s') / 3600:.2f} h "
               "in training steps)")
-    print(f"wrote {', '.join(str(p) for p in paths.values())}")
+    if not printed:
+        print(f"wrote {', '.join(str(p) for p in paths.values())}")
     return 1 if failed else 0
 
 

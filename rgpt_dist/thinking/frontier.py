@@ -23,13 +23,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
+from matplotlib.figure import Figure
 
 from rgpt_dist.algorithmic.evaluate import load_model, model_label, run_config, select_checkpoint, select_last
 from rgpt_dist.algorithmic.table import fmt, mean_sd
-from rgpt_dist.strict_json import dumps
-from rgpt_dist.thinking.tasks import TASKS, ThinkingTaskError, bucket, collate
 from rgpt_dist.progress import bar
-from matplotlib.figure import Figure
+from rgpt_dist.strict_json import dumps
+from rgpt_dist.thinking.inputs import collate
+from rgpt_dist.thinking.tasks import TASKS, ThinkingTaskError, bucket
 
 EVAL_BATCH = 100
 
@@ -62,8 +64,6 @@ def frontier_run(run_dir: str | Path, difficulties=None, steps=None, n: int | No
                  batch_size: int = EVAL_BATCH, device: str = "cpu", trust: bool = False,
                  checkpoint: str = "last") -> dict[str, Any]:
     """The frontier.json record of one run (module docstring)."""
-    import torch  # torch only here: the module's other functions run without it
-
     config = run_config(run_dir)
     name, model_cfg = (config.get("data") or {}).get("task"), config.get("model") or {}
     if name not in TASKS or model_cfg.get("family") != "thinking":

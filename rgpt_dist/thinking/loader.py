@@ -20,11 +20,9 @@ from typing import Any
 import torch
 
 from rgpt_dist.algorithmic.loader import TaskLoader, rank_batches
-from rgpt_dist.thinking.inputs import ThinkingInputs
-from rgpt_dist.thinking.tasks import get_task
-from rgpt_dist.thinking.tasks.base import collate, make_batch
+from rgpt_dist.thinking.inputs import ThinkingInputs, collate, make_batch
+from rgpt_dist.thinking.tasks import VAL_PER_DIFFICULTY, get_task, validation_problem
 
-VAL_PER_DIFFICULTY = 64
 """Validation examples per training difficulty (even: label-balanced)."""
 
 Batch = tuple[ThinkingInputs, torch.Tensor]
@@ -62,18 +60,6 @@ class ThinkingLoader(TaskLoader):
             raise ValueError(f"the checkpoint's data position is not one of data.task={self.task.name!r} "
                              f"(it records task {got!r}): resume with the data it was trained on")
         self._resume_position(state)
-
-
-def validation_size(task: str) -> int:
-    lo, hi = get_task(task).train_range
-    return (hi - lo + 1) * VAL_PER_DIFFICULTY
-
-
-def validation_problem(task: str, dp: int) -> list[str]:
-    """Why the validation set cannot be split evenly over dp ranks ([] when it can)."""
-    n = validation_size(task)
-    return [] if n % dp == 0 else [
-        f"the {n} validation examples of data.task={task!r} do not split evenly over {dp} data-parallel ranks"]
 
 
 def validation_batches(task: str, micro_batch_size: int, dp: int, dp_rank: int) -> list[Batch]:

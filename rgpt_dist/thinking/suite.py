@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from rgpt_dist.data.suites import TaskSuite
-from rgpt_dist.thinking.tasks import TASKS
+from rgpt_dist.thinking.tasks import TASKS, validation_problem
 
 
 class ThinkingSuite(TaskSuite):
@@ -23,8 +23,6 @@ class ThinkingSuite(TaskSuite):
         return []
 
     def validation_problem(self, task: str, dp: int) -> list[str]:
-        # the suite's loader pulls torch: config validation stays torch-free
-        from rgpt_dist.thinking.loader import validation_problem
         return validation_problem(task, dp)
 
     def loaders(self, cfg: Any, dp: int, dp_rank: int) -> tuple[Any, list]:

@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 from rgpt_dist.checkpoints.record import RECORD, TAG_PREFIX, checksums, verify
 from rgpt_dist.durable import UnsafePath, atomic_write_text, fsync_tree
+from rgpt_dist.parallel.deepspeed_lib import TorchCheckpointEngine
 from rgpt_dist.parallel.universal import convert, deepspeed_loads_restricted
 from rgpt_dist.safe_load import UntrustedCheckpoint, load_pt, scan_pt
 from rgpt_dist.train.run_dir import tag_problem
@@ -104,9 +105,6 @@ def _filesystem(path) -> str:
 def safe_checkpoint_engine(engine, trust: bool):
     """Swap the DeepSpeed engine's checkpoint engine for one whose loads are restricted (the writer
     is untouched). DeepSpeed reads model, optimizer and ZeRO partition files through it."""
-    # DeepSpeed picks its accelerator at import: only once the trainer has chosen it (use_cpu_accelerator)
-    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
-
     current = engine.checkpoint_engine
     if type(current) is not TorchCheckpointEngine:  # a decoupled/async engine would need its own wrapper
         raise RuntimeError(f"unexpected DeepSpeed checkpoint engine {type(current).__name__}")

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from rgpt_dist.config.train import TrainConfig
+from rgpt_dist.parallel.deepspeed_lib import is_model_parallel_parameter
 
 
 def _lr_scales(model: torch.nn.Module) -> dict[int, float]:
@@ -106,9 +107,6 @@ def global_grad_norm(parameters, mpu=None) -> float:
     on every rank they would inflate the norm. One SUM over all ranks then adds the tp shards and
     counts each dp replica once (divided by dp), so a NaN on any rank (the step is skipped
     everywhere) makes every rank's norm NaN, logged as null, like DeepSpeed's norm at ZeRO 1-3."""
-    # DeepSpeed picks its accelerator at import: only once the trainer has chosen it (use_cpu_accelerator)
-    from deepspeed.runtime.utils import is_model_parallel_parameter
-
     tp_rank, tp = (mpu.get_model_parallel_rank(), mpu.get_model_parallel_world_size()) if mpu is not None else (0, 1)
     grads = [p.grad for p in parameters if p.grad is not None and (tp_rank == 0 or is_model_parallel_parameter(p))]
     device = grads[0].device if grads else torch.device("cuda" if torch.cuda.is_available() else "cpu")

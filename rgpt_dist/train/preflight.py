@@ -6,9 +6,11 @@ from pathlib import Path
 
 from rgpt_dist.config.experiment import Config
 from rgpt_dist.data.index import DatasetError, check_split
-from rgpt_dist.data.suites import source_problems
+from rgpt_dist.data.streaming import fetch_index
+from rgpt_dist.data.suites import source_problems, validation_problem
 from rgpt_dist.data.uri import RemoteDataError
 from rgpt_dist.data.verify import check_split_data
+from rgpt_dist.train.init_from import source_problem, wanted
 
 
 def preflight(cfg: Config, world_size: int) -> list[str]:
@@ -25,8 +27,6 @@ def preflight(cfg: Config, world_size: int) -> list[str]:
     out += source_problems(cfg)
     splits = [cfg.data.train_split] + ([cfg.data.val_split] if cfg.eval.every_steps > 0 else [])
     if cfg.data.task and cfg.eval.every_steps > 0:  # a task is generated: data.paths are unused
-        # the suite registry imports the suites: config stays free of them until asked
-        from rgpt_dist.data.suites import validation_problem
         out += validation_problem(cfg, dp)
     for i, root in enumerate([] if cfg.data.task else cfg.data.paths):
         problems = _remote_problems(root, splits, t.seq_len, cfg.data) if "://" in root \
@@ -37,8 +37,6 @@ def preflight(cfg: Config, world_size: int) -> list[str]:
         out.append(f"log.run_dir={cfg.log.run_dir!r} exists and is not a directory")
     if cfg.checkpoint.dir and Path(cfg.checkpoint.dir).is_file():
         out.append(f"checkpoint.dir={cfg.checkpoint.dir!r} is a file")
-    # a torch-importing module: this one stays importable without torch
-    from rgpt_dist.train.init_from import source_problem, wanted
     if wanted(cfg):
         out += [p for p in [source_problem(cfg.checkpoint.init_from)] if p]
     return out
@@ -57,9 +55,6 @@ def _remote_problems(root: str, splits: list[str], seq_len: int, data) -> list[s
     sequence length or a cache holding another version of the dataset is refused before the run
     starts. The shards themselves are checked as the cache receives them
     (rgpt_dist.data.streaming.SafeStream)."""
-    # a torch-importing module: this one stays importable without torch
-    from rgpt_dist.data.streaming import fetch_index
-
     out = []
     for split in splits:
         try:

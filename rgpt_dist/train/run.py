@@ -11,6 +11,7 @@ import torch
 
 from rgpt_dist.config.experiment import Config
 from rgpt_dist.data.streaming import token_dataset, token_loader
+from rgpt_dist.data.suites import task_loaders
 from rgpt_dist.data.uri import RemoteDataError
 from rgpt_dist.durable import atomic_create_text, atomic_write_text
 from rgpt_dist.models.layers import LayerFactory
@@ -19,16 +20,17 @@ from rgpt_dist.parallel.checkpointing import apply_activation_checkpointing
 from rgpt_dist.parallel.compile import apply_compile
 from rgpt_dist.parallel.dims import ParallelDims
 from rgpt_dist.parallel.health import Diagnosis, Heartbeat
+from rgpt_dist.parallel.reshard import split_state_dict, tp_layout
 from rgpt_dist.parallel.zero import gather_per_unit, init_distributed, init_engine, register_tied_parameters
 from rgpt_dist.registry import build_model
 from rgpt_dist.safe_load import UntrustedCheckpoint
 from rgpt_dist.train.checkpoint import CheckpointManager, ConversionFailed, SaveFailed, SaveRefused
-from rgpt_dist.train.init_from import InitFromMismatch, load_initial_weights, wanted as init_wanted
+from rgpt_dist.train.init_from import InitFromMismatch, load_initial_weights
+from rgpt_dist.train.init_from import wanted as init_wanted
 from rgpt_dist.train.metrics import MetricsSink
 from rgpt_dist.train.optim import make_optimizer, make_scheduler
 from rgpt_dist.train.preemption import EXIT_PREEMPTED, StopRequested, ignore_signals, requeue_slurm_job
 from rgpt_dist.train.trainer import DifferentRun, Trainer
-from rgpt_dist.parallel.reshard import split_state_dict, tp_layout
 
 EXIT_REFUSED = 2  # like a bad config: nothing ran, nothing was written
 EXIT_SAVE_FAILED = 74  # EX_IOERR: a checkpoint could not be written; the previous one stays the newest
@@ -41,8 +43,6 @@ def _loaders(cfg: Config, dims: ParallelDims):
     (a task's loader is indexed by dp rank; for shards, streaming's `replication`)."""
     d, t = cfg.data, cfg.train
     if d.task:
-        # the suite registry imports the suites: config stays free of them until asked
-        from rgpt_dist.data.suites import task_loaders
         return task_loaders(cfg, dims.dp, dims.dp_rank)
     common = dict(batch_size=t.micro_batch_size, seed=t.seed, num_canonical_nodes=d.num_canonical_nodes,
                   cache_dir=d.cache_dir or None, replication=dims.tp if dims.tp > 1 else None,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import runpy
+import shutil
 import signal
 import socket
 import subprocess
@@ -31,6 +32,8 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from unittest import mock
 
+import psutil
+
 ROOT = Path(__file__).resolve().parents[2]
 WARM = "tests.helpers.warm"
 GRACE_S = 10  # how long the other ranks get to exit on their own after one rank failed
@@ -39,13 +42,59 @@ GRACE_S = 10  # how long the other ranks get to exit on their own after one rank
 def torchrun(module: str, nproc: int, *args: str, timeout: float = 300, env: dict | None = None) -> str:
     """`torchrun --standalone --nproc_per_node nproc -m module args`; returns the ranks' stdout
     (rank 0's first), raises with every rank's output on failure."""
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled",
-                # DeepSpeed compiles its CPU communication op once; keep it with the environment
-                "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR", str(ROOT / ".venv" / "torch_extensions")),
-                **(env or {})}
+    full_env = _environment(env)
     if os.environ.get("RGPT_TESTS_TORCHRUN") == "1" or _sees_a_gpu():
         return _under_torchrun(module, nproc, args, timeout, full_env)
     return _forked(module, nproc, args, timeout, full_env)
+
+
+class Started:
+    """A launch that runs until a test kills it (`start`): its ranks, forked as `torchrun()` forks
+    them, or, under RGPT_TESTS_TORCHRUN=1 or a GPU, a torchrun agent with its workers."""
+
+    def __init__(self, workers: list, logs: str | None, agent: subprocess.Popen | None = None):
+        self.workers, self.logs, self.agent = workers, logs, agent
+
+    def running(self) -> bool:
+        return self.agent.poll() is None if self.agent else any(w.is_alive() for w in self.workers)
+
+    def pids(self) -> list[int]:
+        """Every process of the launch: the agent and its workers, or the ranks."""
+        if self.agent is None:
+            return [w.pid for w in self.workers]
+        agent = psutil.Process(self.agent.pid)
+        return [agent.pid, *(c.pid for c in agent.children(recursive=True))]
+
+    def reap(self) -> None:
+        """Wait for every process of the launch to end (after a kill) and drop its output."""
+        if self.agent is not None:
+            self.agent.wait()
+        for w in self.workers:
+            w.join()
+        if self.logs:
+            shutil.rmtree(self.logs, ignore_errors=True)
+
+
+def start(module: str, nproc: int, *args: str, env: dict | None = None) -> Started:
+    """`torchrun(module, nproc, *args)` started and not waited for: a test kills it (a lost node, the
+    OOM killer) and reaps it. Forking from the warm interpreter spares the kill tests torchrun's cold
+    start (8-10 s each); torchrun's own agent is killed in the two-node tests (tests/slurm)."""
+    full_env = _environment(env)
+    if os.environ.get("RGPT_TESTS_TORCHRUN") == "1" or _sees_a_gpu():
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+               "-m", module, *args]
+        agent = subprocess.Popen(cmd, cwd=ROOT, env=full_env, start_new_session=True, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+        return Started([], None, agent)
+    logs = tempfile.mkdtemp(prefix="rgpt-launch-")
+    return Started(_fork_ranks(module, nproc, args, full_env, logs), logs)
+
+
+def _environment(env: dict | None) -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled",
+            # DeepSpeed compiles its CPU communication op once; keep it with the environment
+            "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR", str(ROOT / ".venv" / "torch_extensions")),
+            **(env or {})}
 
 
 def _under_torchrun(module, nproc, args, timeout, env) -> str:
@@ -65,26 +114,33 @@ def _sees_a_gpu() -> bool:
 def _forked(module, nproc, args, timeout, env) -> str:
     """The launch with workers forked from the warm interpreter; output goes through files (a
     pipe could fill up and block a rank)."""
-    ctx = _warm_context(env)
-    port = _free_port()
     with tempfile.TemporaryDirectory(prefix="rgpt-launch-") as logs:
-        workers = []
-        for rank in range(nproc):
-            rank_env = {**env, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc),
-                        "LOCAL_WORLD_SIZE": str(nproc), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
-                        "ROLE_WORLD_SIZE": str(nproc), "MASTER_ADDR": "localhost", "MASTER_PORT": str(port),
-                        "TORCHELASTIC_RUN_ID": "tests", "TORCHELASTIC_RESTART_COUNT": "0",
-                        "TORCHELASTIC_MAX_RESTARTS": "0"}
-            worker = ctx.Process(target=_run_worker, args=(module, list(args), rank_env, logs, rank),
-                                 name=f"{module}[{rank}]")
-            worker.start()
-            workers.append(worker)
+        workers = _fork_ranks(module, nproc, args, env, logs)
         failure = _wait(workers, timeout)
         stdout, stderr = ("".join(_read(Path(logs, f"{rank}.{kind}")) for rank in range(nproc))
                           for kind in ("out", "err"))
     if failure:
         raise AssertionError(f"torchrun {module} failed ({failure}):\n{stdout}\n{stderr}")
     return stdout
+
+
+def _fork_ranks(module, nproc, args, env, logs) -> list:
+    """One started process per rank, forked from the warm interpreter with torchrun's environment;
+    each writes its stdout and stderr into `logs`."""
+    ctx = _warm_context(env)
+    port = _free_port()
+    workers = []
+    for rank in range(nproc):
+        rank_env = {**env, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc),
+                    "LOCAL_WORLD_SIZE": str(nproc), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
+                    "ROLE_WORLD_SIZE": str(nproc), "MASTER_ADDR": "localhost", "MASTER_PORT": str(port),
+                    "TORCHELASTIC_RUN_ID": "tests", "TORCHELASTIC_RESTART_COUNT": "0",
+                    "TORCHELASTIC_MAX_RESTARTS": "0"}
+        worker = ctx.Process(target=_run_worker, args=(module, list(args), rank_env, logs, rank),
+                             name=f"{module}[{rank}]")
+        worker.start()
+        workers.append(worker)
+    return workers
 
 
 def _wait(workers, timeout) -> str | None:

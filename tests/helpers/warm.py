@@ -7,7 +7,7 @@ megatron_cpu), so a worker imports it itself, as a fresh process would
 import sys
 import threading
 
-from rgpt_dist.parallel.zero import use_cpu_accelerator
+from rgpt_dist.parallel.deepspeed_lib import use_cpu_accelerator
 
 use_cpu_accelerator()  # before DeepSpeed's import, as the trainer does
 

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 from rgpt_dist.config import load_config
 from rgpt_dist.parallel.dims import ParallelDims
-from rgpt_dist.parallel.zero import ds_config, use_cpu_accelerator
+from rgpt_dist.parallel.deepspeed_lib import use_cpu_accelerator
+from rgpt_dist.parallel.zero import ds_config
 from rgpt_dist.registry import build_model
 
 

@@ -382,7 +382,8 @@ def test_config_loads_like_a_section_and_documents_every_field():
 def test_runs_on_each_task_batch(task, flavour):
     """A task's batch (rgpt_dist.thinking.tasks) goes through a narrowed flavour; depth rows past the
     steps run get no gradient (the authors' note: rows >= the training maximum are never trained)."""
-    from rgpt_dist.thinking.tasks import get_task, make_batch
+    from rgpt_dist.thinking.inputs import make_batch
+    from rgpt_dist.thinking.tasks import get_task
     t = get_task(task)
     cfg = config_for(flavour, t, d_model=16, n_head=2, d_ff=16)
     x = make_batch(t, "train", list(range(4)))

@@ -16,7 +16,8 @@ from rgpt_dist.flops import executed_forward_flops, head_flops, param_count, par
 from rgpt_dist.models.spec import all_specs, families, spec_for
 from rgpt_dist.registry import build_model
 from rgpt_dist.thinking.spec import SPEC
-from rgpt_dist.thinking.tasks import TASKS, make_batch
+from rgpt_dist.thinking.inputs import make_batch
+from rgpt_dist.thinking.tasks import TASKS
 
 BASE = ["parallel.activation_checkpointing=none"]
 

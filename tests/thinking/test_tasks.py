@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from rgpt_dist.thinking.tasks import (TASKS, GraphReachability, ThinkingTaskError, bucket, get_task,
-                                      make_batch)
+from rgpt_dist.thinking.inputs import make_batch
+from rgpt_dist.thinking.tasks import TASKS, GraphReachability, ThinkingTaskError, bucket, get_task
 from tests.thinking import solvers
 
 GRAPH, LOGIC, REL = TASKS["graph"], TASKS["logic"], TASKS["relational"]

@@ -6,7 +6,6 @@ dropout masks than one)."""
 from __future__ import annotations
 
 import json
-import sys
 
 import numpy as np
 import pytest
@@ -14,7 +13,8 @@ import torch
 
 from rgpt_dist.checkpoints.consolidate import consolidate
 from rgpt_dist.thinking.cli import main as think
-from rgpt_dist.thinking.tasks import TASKS, bucket, collate
+from rgpt_dist.thinking.inputs import collate
+from rgpt_dist.thinking.tasks import TASKS, bucket
 from tests.helpers.dist import torchrun
 from tests.helpers.runs import records, trajectory
 from tests.train.test_distributed import kill_and_restart
@@ -72,8 +72,7 @@ def test_two_ranks_reproduce_one_rank(runs, layout):
 def test_sigkill_and_restart_is_bitwise(runs, tmp_path):
     killed = tmp_path / "killed"
     extra = ["parallel.zero_stage=2"]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "launcher.train",
-           CONFIG, *ARGS, f"log.run_dir={killed}", *extra]
+    cmd = [CONFIG, *ARGS, f"log.run_dir={killed}", *extra]
     resume_at, logged = kill_and_restart(killed, 3, cmd, lambda: run(2, killed, *extra))
     assert 3 <= logged < STEPS and resume_at in (2, 4), "the run was not interrupted mid-training"
     assert trajectory(records(killed)) == trajectory(records(runs["zero2"]))

@@ -5,7 +5,6 @@ hard case: truncated backprop runs its first r - k steps without autograd. Compa
 norms and the final evaluation (tests.helpers.runs.assert_same_training)."""
 from __future__ import annotations
 
-import sys
 
 import pytest
 import torch
@@ -108,8 +107,7 @@ def test_sigkill_and_restart_is_bitwise(family, dataset, tmp_path):
             "eval.batches=4"]
     full = run(2, tmp_path / "full", dataset, family, *args)
     killed = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "launcher.train",
-           "configs/experiments/quickstart.yaml", *BASE, *FAMILIES[family], f"data.paths=[{dataset}]",
+    cmd = ["configs/experiments/quickstart.yaml", *BASE, *FAMILIES[family], f"data.paths=[{dataset}]",
            f"log.run_dir={killed}", *args]
     resume_at, logged = kill_and_restart(
         killed, 5, cmd, lambda: launch(2, killed, dataset, *FAMILIES[family], *args, common=BASE))

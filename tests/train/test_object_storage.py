@@ -76,8 +76,7 @@ def test_a_run_from_s3_killed_and_restarted_logs_the_local_run_bitwise_and_leaks
     run, cache = tmp_path / "run", _cache(tmp_path)
     args = [f"data.paths=[{URI}]", cache, *ARGS, "log.wandb=offline"]
     env = {**s3.env(), "WANDB_MODE": "offline"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "launcher.train",
-           "configs/experiments/quickstart.yaml", *COMMON, f"log.run_dir={run}", *args]
+    cmd = ["configs/experiments/quickstart.yaml", *COMMON, f"log.run_dir={run}", *args]
     resume_at, logged = kill_and_restart(run, 5, cmd, lambda: launch(2, run, URI, *args, env=env), env=env)
     assert 5 <= logged < 8 and resume_at in (3, 6)
     assert trajectory(records(run)) == trajectory(reference)

@@ -42,6 +42,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from rgpt_dist.eval.phi.lbfgsb import Result, minimize_batch
+from rgpt_dist.progress import bar
 
 # theta's order; the paper's box for each coordinate (SPEC section 10).
 THETA = ("a", "alpha", "b", "beta", "e", "phi")
@@ -231,12 +232,15 @@ def draw_inits(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
 
 
 def minimise(d: Data, inits: np.ndarray, phi_fixed: float | None, delta: float,
-             w: np.ndarray | None = None) -> Result:
+             w: np.ndarray | None = None, desc: str = "fits") -> Result:
     """L-BFGS-B (OPTIONS) from every row of inits (shape (k, p)), all in lockstep (lbfgsb.py); w: each
-    start's row weights, shape (k, n) (None: every run once)."""
+    start's row weights, shape (k, n) (None: every run once). A progress bar (`desc`) counts the starts
+    that have stopped."""
     w = np.ones((1, len(d.log_loss))) if w is None else w
     fg = lambda x, idx: _objective(x, d, w if len(w) == 1 else w[idx], phi_fixed, delta)  # noqa: E731
-    return minimize_batch(fg, inits, _bounds(inits.shape[1]), **OPTIONS)
+    with bar(total=len(inits), desc=desc, unit="fit") as shown:
+        return minimize_batch(fg, inits, _bounds(inits.shape[1]), **OPTIONS,
+                              finished=lambda n: shown.update(n - shown.n))
 
 
 def _r2(theta: np.ndarray, d: Data, phi_fixed: float | None) -> float:
@@ -365,7 +369,7 @@ def bootstrap(obs: Sequence[Observation], *, phi: float | None = None, samples: 
     warm = fit.theta()
     inits = np.concatenate([np.concatenate([warm[None], draw_inits(rng, refit_restarts, len(warm))])
                             for _ in range(samples)])          # (samples * starts, p), warm start first
-    res = minimise(Data.of(obs), inits, phi, delta, np.repeat(w, starts, axis=0))
+    res = minimise(Data.of(obs), inits, phi, delta, np.repeat(w, starts, axis=0), desc="bootstrap fits")
     fun = np.where(np.isfinite(res.fun), res.fun, np.inf).reshape(samples, starts)
     best = np.argmin(fun, axis=1)                               # the first (the warm start) on ties
     theta = res.x.reshape(samples, starts, -1)[np.arange(samples), best]

@@ -57,12 +57,13 @@ class _State:
 def minimize_batch(fg: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]], x0: np.ndarray,
                    bounds: list[tuple[float, float]], *, ftol: float = 2.2204460492503131e-09,
                    gtol: float = 1e-5, maxiter: int = 15000, maxfun: int = 15000, maxcor: int = 10,
-                   maxls: int = 20) -> Result:
+                   maxls: int = 20, finished: Callable[[int], object] | None = None) -> Result:
     """L-BFGS-B from each row of x0 (shape (k, p)) within finite bounds (p pairs), options as in
     scipy.optimize.minimize. fg(X, idx) returns the objective (j,) and gradient (j, p) at the rows
     X (j, p) of the starts idx (j,) (so a start may carry its own data, e.g. bootstrap weights).
     BLAS runs on one thread meanwhile: L-BFGS-B's m x m products are tiny, and a second thread's
-    synchronisation made setulb ~50x slower on a loaded 2-core machine (measured)."""
+    synchronisation made setulb ~50x slower on a loaded 2-core machine (measured). `finished(n)`, if
+    given, hears after each lockstep round how many starts have stopped (a progress bar's count)."""
     lo, hi = (np.ascontiguousarray(v) for v in np.array(bounds, dtype=np.float64).T)
     x0 = np.clip(np.asarray(x0, dtype=np.float64), lo, hi)
     nbd = np.full(x0.shape[1], 2, dtype=np.int32)  # 2: bounded below and above (finite box only)
@@ -94,6 +95,8 @@ def minimize_batch(fg: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.n
                 F[idx, 0], G[idx] = fg(X[idx], idx)
                 nfev[idx] += 1
             active = going
+            if finished is not None:
+                finished(len(states) - len(active))
     fun = fg(X, np.arange(len(X)))[0]  # at the final x whatever the stop (scipy: the last evaluation)
     return Result(x=X, fun=np.asarray(fun, dtype=np.float64), nit=np.array([s.nit for s in states]),
                   nfev=nfev, status=np.array([int(s.task[0]) for s in states]))

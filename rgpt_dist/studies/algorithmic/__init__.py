@@ -3,7 +3,8 @@ headline: parity trained on 3-16 bits, tested to 256) and `rgpt study algorithmi
 parity and swaps-S5 with the Transformer baseline). Each run trains (`rgpt algo train`, one process),
 its checkpoint is evaluated over the task's test grid (`rgpt algo eval`), and `rgpt algo table`
 writes OUT/table/{table.md,table.json,accuracy_vs_length.png}. The cluster grid in the paper's recipe:
-slurm/algorithmic.sh (docs/algorithmic.md). No torch import.
+slurm/algorithmic.sh, written from grid.py (docs/algorithmic.md). Its report imports torch (through the
+algorithmic evaluation the table command shares).
 
 Reductions from the paper's recipe (configs/algorithmic/*.yaml), shared by both:
 - The models at width 128, 4 layers, FFN 341 (the paper: 512, 8, 1,365); fp32, AdamW 0.9/0.95, weight
@@ -24,7 +25,9 @@ from pathlib import Path
 
 from rgpt_dist.algorithmic import cli as algo_cli
 from rgpt_dist.models.flavours import FLAVOURS
+from rgpt_dist.studies import suite_array
 from rgpt_dist.studies.base import Context, Run, python_command
+from rgpt_dist.studies.algorithmic import grid
 
 SCHEDULE = ("train.warmup_steps=40", "train.lr=1e-3", "train.min_lr=5e-5", "log.wandb=disabled")
 ALGO_RECIPE = ("train.max_steps=400", "train.global_batch_size=64", "train.micro_batch_size=32", *SCHEDULE,
@@ -69,7 +72,7 @@ class _AlgorithmicStudy:
         return {"md": out / "table.md", "json": out / "table.json", "png": out / "accuracy_vs_length.png"}
 
     def grid(self, root: Path) -> list[Path]:
-        return []  # slurm/algorithmic.sh: the paper's whole grid, written by hand (docs/algorithmic.md)
+        return suite_array.write(grid.ARRAY, root)  # slurm/algorithmic.sh: the whole grid at the paper's scale
 
     def record_files(self, run: Run) -> tuple[str, ...]:
         return ("config.yaml", "metrics.jsonl", f"{self._eval_dir()}/eval.json")

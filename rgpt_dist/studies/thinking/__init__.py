@@ -4,15 +4,17 @@ seeds 42 and 43 side by side (one process each), 3,000 steps of 64 examples (192
 epochs of 12,000 are 7,480 steps), everything else the authors' recipe (configs/thinking/graph.yaml).
 Each run's last checkpoint is scored over the authors' grid (hops 1-12 x steps 1-20, 500 examples per
 hop count, `rgpt think frontier`) and `rgpt think table` writes OUT/table/{table.md,table.json,
-frontier_*.png}. The cluster grid in the authors' settings: slurm/thinking.sh (docs/thinking.md).
-No torch import.
+frontier_*.png}. The cluster grid in the authors' settings: slurm/thinking.sh, written from grid.py
+(docs/thinking.md). Its report imports torch (through the frontier module the table command shares).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from rgpt_dist.models.flavours import FLAVOURS
+from rgpt_dist.studies import suite_array
 from rgpt_dist.studies.base import Context, Run, python_command
+from rgpt_dist.studies.thinking import grid
 from rgpt_dist.thinking import cli as think_cli
 
 RECIPE = ("train.max_steps=3000", "eval.every_steps=500", "checkpoint.every_steps=500", "log.wandb=disabled")
@@ -48,7 +50,7 @@ class Thinking:
         return {"md": out / "table.md", "json": out / "table.json"}
 
     def grid(self, root: Path) -> list[Path]:
-        return []  # slurm/thinking.sh: the authors' studies, written by hand (docs/thinking.md)
+        return suite_array.write(grid.ARRAY, root)  # slurm/thinking.sh: the whole grid at the paper's scale
 
     def record_files(self, run: Run) -> tuple[str, ...]:
         return ("config.yaml", "metrics.jsonl", "frontier/frontier.json")

@@ -65,7 +65,7 @@ class ThinkingExample:
     edges: np.ndarray | None = None
 
 
-def _check_int(name: str, value) -> int:
+def check_int(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ThinkingTaskError(f"{name} must be an integer, got {value!r}")
     return int(value)
@@ -78,7 +78,7 @@ def check_split(split) -> str:
 
 
 def check_index(index) -> int:
-    index = _check_int("index", index)
+    index = check_int("index", index)
     if not 0 <= index < 2**62:              # the RNG key packs it as a signed 64-bit integer
         raise ThinkingTaskError(f"index must be in 0..2**62 - 1, got {index}")
     return index
@@ -109,7 +109,7 @@ class ThinkingTask:
 
     def check_difficulty(self, difficulty) -> int:
         """The difficulty, or ThinkingTaskError naming it and the generator's range."""
-        difficulty = _check_int("difficulty", difficulty)
+        difficulty = check_int("difficulty", difficulty)
         lo, hi = self.eval_range
         if not lo <= difficulty <= hi:
             raise ThinkingTaskError(f"task {self.name!r}: difficulty {difficulty} is outside its range "
@@ -159,59 +159,7 @@ def bucket(task: ThinkingTask, split: str, difficulty, n: int | None = None) -> 
     of each label), so a constant predictor scores exactly 0.5. n None: the task's `bucket_size`."""
     check_split(split)
     difficulty = task.check_difficulty(difficulty)
-    n = task.bucket_size if n is None else _check_int("bucket size n", n)
+    n = task.bucket_size if n is None else check_int("bucket size n", n)
     if n <= 0 or n % 2:
         raise ThinkingTaskError(f"bucket size n must be a positive even number (label balance), got {n}")
     return [task.example(split, i, difficulty) for i in range(n)]
-
-
-def collate(task: ThinkingTask, examples, pad_to: int | None = None):
-    """Pads examples into one `ThinkingInputs` (layout: rgpt_dist/thinking/inputs.py). pad_to: the
-    padded length T (None: the longest example); it must hold every example and not exceed max_len."""
-    import torch  # torch only here: the module's other functions run without it
-
-    # a torch-importing module: this one stays importable without torch
-    from rgpt_dist.thinking.inputs import ThinkingInputs
-
-    examples = list(examples)
-    if not examples:
-        raise ThinkingTaskError("a batch needs at least one example, got none")
-    longest = max(len(e.tokens) for e in examples)
-    width = longest if pad_to is None else _check_int("pad_to", pad_to)
-    if width < longest or width > task.max_len:
-        raise ThinkingTaskError(f"task {task.name!r}: pad_to {width} must lie in {longest}..{task.max_len} "
-                                f"(the longest example .. the task's max_len)")
-    b = len(examples)
-    tokens = np.full((b, width), PAD_ID, dtype=np.int64)
-    roles = np.zeros((b, width), dtype=np.int64) if examples[0].roles is not None else None
-    mask = None
-    if examples[0].attn_mask is not None:
-        mask = np.broadcast_to(np.eye(width, dtype=bool), (b, width, width)).copy()  # self-loops on padding
-    for i, e in enumerate(examples):
-        t = len(e.tokens)
-        tokens[i, :t] = e.tokens
-        if roles is not None:
-            roles[i, :t] = e.roles
-        if mask is not None:
-            mask[i, :t, :t] = e.attn_mask
-    as_t = torch.from_numpy
-    return ThinkingInputs(
-        tokens=as_t(tokens), labels=torch.tensor([e.label for e in examples], dtype=torch.int64),
-        difficulty=torch.tensor([e.difficulty for e in examples], dtype=torch.int64),
-        readout=as_t(np.stack([e.readout for e in examples]).astype(np.int64)),
-        roles=None if roles is None else as_t(roles), attn_mask=None if mask is None else as_t(mask))
-
-
-def make_batch(task: ThinkingTask, split: str, indices, difficulty=None, pad_to: int | None = None):
-    """Examples `indices` of a split at a difficulty (None: the training mix), padded into one
-    ThinkingInputs. Every argument is checked before any example is drawn."""
-    check_split(split)
-    if difficulty is not None:
-        task.check_difficulty(difficulty)
-    indices = [check_index(i) for i in indices]
-    if not indices:
-        raise ThinkingTaskError("make_batch needs at least one index, got none")
-    if pad_to is not None and not 1 <= _check_int("pad_to", pad_to) <= task.max_len:
-        raise ThinkingTaskError(f"task {task.name!r}: pad_to {pad_to} is outside 1..{task.max_len} "
-                                f"(the task's max_len)")
-    return collate(task, (task.example(split, i, difficulty) for i in indices), pad_to)

@@ -182,7 +182,11 @@ def test_lockstep_lbfgsb_is_scipys_lbfgsb(clean):
         out = [objective(noisy, xi) for xi in x]
         return np.array([f for f, _ in out]), np.array([g for _, g in out])
 
-    batch = minimize_batch(fg, starts, bounds, **OPTIONS)
+    heard = []
+    batch = minimize_batch(fg, starts, bounds, **OPTIONS, finished=heard.append)
+    # the progress count: how many starts have stopped, after each lockstep round (an evaluation or a
+    # new iterate), up to all of them
+    assert heard == sorted(heard) and heard[-1] == len(starts) and len(heard) >= max(batch.nfev)
     for i, x0 in enumerate(starts):
         ref = minimize(lambda x: objective(noisy, x), x0, jac=True, method="L-BFGS-B", bounds=bounds,
                        options=OPTIONS)

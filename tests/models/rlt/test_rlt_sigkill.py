@@ -5,7 +5,6 @@ ranks at ZeRO-2, the trained task's own stream (parity, capped to 3..16 bits as 
 loader's state carries the cap), the decoder's carry detached every 4 positions (truncated BPTT)."""
 from __future__ import annotations
 
-import sys
 
 import pytest
 import torch
@@ -30,8 +29,7 @@ def _weights(run):
 def test_sigkill_and_restart_is_bitwise(tmp_path):
     full, killed = tmp_path / "full", tmp_path / "killed"
     launch(2, full, *EXTRA)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "launcher.train",
-           CONFIG, *ARGS, *EXTRA, f"log.run_dir={killed}"]
+    cmd = [CONFIG, *ARGS, *EXTRA, f"log.run_dir={killed}"]
     resume_at, logged = kill_and_restart(killed, 5, cmd, lambda: launch(2, killed, *EXTRA))
     assert 5 <= logged < 8 and resume_at in (3, 6), "the run was not interrupted mid-training"
     assert trajectory(records(killed)) == trajectory(records(full))  # bitwise: JSON floats round-trip
