@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
 
 import torch
 
+from launcher.arg_types import BOOTSTRAP_ARG, RESTARTS_ARG, count
 from rgpt_dist.checkpoints.consolidate import ExportError
 from rgpt_dist.checkpoints.source import load_model
 from rgpt_dist.data.tokenizer import get_encoding
@@ -41,12 +43,14 @@ from rgpt_dist.eval.appendix import analysis
 from rgpt_dist.eval.appendix.common import Context
 from rgpt_dist.eval.appendix.diagnostics import diagnose, gate_heatmap
 from rgpt_dist.eval.appendix.report import run_all, write_report
-from rgpt_dist.eval.early_exit import early_exit_curve, val_batches, write_curve
+from rgpt_dist.eval.early_exit import MAX_DEPTH_FACTOR, early_exit_curve, val_batches, write_curve
+from rgpt_dist.eval.phi.fit import MAX_SAMPLES, MAX_STARTS
 from rgpt_dist.eval.grid import summarize, write_table
 from rgpt_dist.eval.harness import BUNDLED_TASK_DATA, depth_sweep, run_lm_eval, write_results
 from rgpt_dist.eval.learned_exit import threshold_exit_rows, write_threshold_exits
 from rgpt_dist.eval.phi.analysis import analyse, groups_of
 from rgpt_dist.eval.scoring import own_accuracy
+from rgpt_dist.models.config import MAX_BLOCKS
 from rgpt_dist.models.spec import spec_for
 from rgpt_dist.safe_paths import MARKER, out_dir, publish, staging
 from rgpt_dist.studies.ablation.table import markdown as ablation_markdown
@@ -63,6 +67,13 @@ def _floats(text: str) -> list[float]:
     return [float(v) for v in text.split(",") if v.strip()]
 
 
+
+
+CKA_BYTES = 4 * 2**30
+"""diagnostics --r: the CKA statistics hold (r + 1)(r + 2) / 2 matrices of d_model^2 doubles
+(rgpt_dist.eval.appendix.diagnostics.CKAStats) and a forward keeps r + 1 states: r is at most 16 x the
+trained depth R (as curve's --depths) and at most what keeps those matrices within 4 GiB."""
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rgpt-eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
@@ -72,8 +83,8 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--out", required=True, help="output directory (CSV, JSON, PNG)")
         s.add_argument("--data", nargs="+", help="rgpt-prep dataset(s) (default: the run's data.paths)")
         s.add_argument("--split", help="split to evaluate (default: the run's data.val_split)")
-        s.add_argument("--batch-size", type=int, default=8)
-        s.add_argument("--batches", type=int, default=20, help="number of batches (file order)")
+        s.add_argument("--batch-size", type=count(), default=8)
+        s.add_argument("--batches", type=count(), default=20, help="number of batches (file order)")
         s.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, or auto (cuda when available)")
         s.add_argument("--trust-checkpoint", action="store_true",
                        help="UNSAFE: load checkpoint files that need full unpickling (runs code the file names)")
@@ -82,7 +93,9 @@ def _parser() -> argparse.ArgumentParser:
                                       help="families with a learned exit (Ouro): comma-separated thresholds q of the "
                                            "per-token exit (default: the model's exit_threshold)")
     d = sub.choices["diagnostics"]
-    d.add_argument("--r", type=int, help="depth to diagnose (default R)")
+    d.add_argument("--r", type=count(MAX_DEPTH_FACTOR * MAX_BLOCKS, f"{MAX_DEPTH_FACTOR} x the deepest trained depth "
+                                      f"R, {MAX_BLOCKS}; the model's own bound is checked once it is loaded"),
+                   help=f"depth to diagnose (default R; at most {MAX_DEPTH_FACTOR} x R)")
     d.add_argument("--all", action="store_true",
                    help="every Appendix E analysis (rgpt_dist.eval.appendix) and report.md / report.html")
     d.add_argument("--only", help="with --all: comma-separated analyses to run (default: all)")
@@ -95,8 +108,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--tasks", default="rgpt_example", help="comma-separated lm-eval tasks (default: the bundled example)")
     s.add_argument("--depths", type=_ints, help="RecurrentGPT: comma-separated R* values to sweep")
     s.add_argument("--include-path", help="extra directory of lm-eval task YAMLs")
-    s.add_argument("--limit", type=int, help="items per task (smoke runs)")
-    s.add_argument("--batch-size", type=int, default=1, help="1 reproduces our own scoring bitwise")
+    s.add_argument("--limit", type=count(), help="items per task (smoke runs)")
+    s.add_argument("--batch-size", type=count(), default=1, help="1 reproduces our own scoring bitwise")
     s.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, or auto (cuda when available)")
     s.add_argument("--remote-code", choices=["auto", "never", "trust"], default="auto",
                    help="run the export's shipped model code: auto (only when it is byte-identical to this "
@@ -111,8 +124,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--study", default=None, metavar="NAME",
                    help="a case study of the sweep (trunc, nogate) against its baseline at its budgets; RUNS is "
                         "the sweep's runs directory")
-    s.add_argument("--restarts", type=int, default=500, help="L-BFGS-B starts per fit (default 500)")
-    s.add_argument("--bootstrap", type=int, default=200, help="block-bootstrap resamples (default 200)")
+    s.add_argument("--restarts", type=RESTARTS_ARG, default=500,
+                   help=f"L-BFGS-B starts per fit (default 500, at most {MAX_STARTS:,})")
+    s.add_argument("--bootstrap", type=BOOTSTRAP_ARG, default=200,
+                   help=f"block-bootstrap resamples (default 200, at most {MAX_SAMPLES:,})")
     s.add_argument("--seed", type=int, default=0, help="seed of the starts and the resampling (default 0)")
     s.add_argument("--out", required=True)
     return p
@@ -122,10 +137,13 @@ def _device(name: str) -> str:
     return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
 
 
-def _model_and_batches(args):
-    """The model (on --device) and the validation batches (there too)."""
+def _model_and_batches(args, check=None):
+    """The model (on --device) and the validation batches (there too); check(model), if given, runs
+    before any batch is read."""
 
     model, record = load_model(args.source, trust=args.trust_checkpoint)
+    if check is not None:
+        check(model)
     device = _device(args.device)
     data = record.get("data", {})
     paths = args.data or data.get("paths")
@@ -160,7 +178,7 @@ def diagnostics(args, out: Path) -> None:
         raise ValueError("--only, --dense and --prompt go with --all")
     for name in filter(None, (args.only or "").split(",")):   # unknown names refused before loading anything
         analysis(name)
-    model, batches, _ = _model_and_batches(args)
+    model, batches, _ = _model_and_batches(args, check=lambda m: _check_depth(args, m.cfg))
     if not spec_for(model.cfg).diagnostics:
         raise ValueError(f"{args.source} is a {model.cfg.family} model: the diagnostics are RecurrentGPT's "
                          "per-step gate and state statistics")
@@ -175,6 +193,19 @@ def diagnostics(args, out: Path) -> None:
     result.plot(out)
     gate_heatmap(model, batches[0][0][:1, :64], out / "gate_heatmap.png", decode=get_encoding().decode, r=args.r)
     print(f"wrote {', '.join(sorted(p.name for p in out.iterdir() if p.name != MARKER))} to {args.out}")
+
+
+def _check_depth(args, cfg) -> None:
+    """diagnostics --r within 16 x R and the CKA statistics' CKA_BYTES (ValueError naming both bounds)."""
+    if args.r is None or not spec_for(cfg).diagnostics:  # a model without the diagnostics is refused by name after
+        return
+    pairs = CKA_BYTES // (8 * cfg.d_model ** 2)                       # (r + 1)(r + 2) / 2 matrices at most
+    by_cka, by_depth = (math.isqrt(8 * pairs + 1) - 1) // 2 - 1, MAX_DEPTH_FACTOR * cfg.n_loops
+    if args.r > min(by_cka, by_depth):
+        raise ValueError(f"--r {args.r} is out of range for {args.source}: at most {min(by_cka, by_depth)} "
+                         f"({MAX_DEPTH_FACTOR} x the trained depth R = {cfg.n_loops} is {by_depth}; the CKA statistics, "
+                         f"(r + 1)(r + 2) / 2 matrices of d_model^2 = {cfg.d_model}^2 doubles, stay within "
+                         f"{CKA_BYTES // 2**30} GiB up to r = {by_cka})")
 
 
 def _appendix(args, model, batches, out: Path) -> None:

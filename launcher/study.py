@@ -24,6 +24,7 @@ import sys
 import threading
 from pathlib import Path
 
+from launcher.arg_types import BOOTSTRAP_ARG, RESTARTS_ARG
 from rgpt_dist import progress
 from rgpt_dist.studies import NAMES, runner, study
 from rgpt_dist.studies.base import ROOT, Context, chosen
@@ -44,8 +45,8 @@ def _parser() -> argparse.ArgumentParser:
                    "still covers every run")
     p.add_argument("--record", help="keep finished runs here (default: the study's results/ directory, if any)")
     p.add_argument("--no-record", action="store_true", help="keep no records")
-    p.add_argument("--restarts", type=int, default=500, help="phi: L-BFGS-B starts per fit")
-    p.add_argument("--bootstrap", type=int, default=200, help="phi: bootstrap resamples")
+    p.add_argument("--restarts", type=RESTARTS_ARG, default=500, help="phi: L-BFGS-B starts per fit")
+    p.add_argument("--bootstrap", type=BOOTSTRAP_ARG, default=200, help="phi: bootstrap resamples")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import json
 import math
 import os
 import reprlib
@@ -188,6 +189,14 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     except yaml.YAMLError as e:
         raise ConfigError(f"override {text!r}: value is not valid YAML ({e.problem})") from None
     return key.split("."), value
+
+
+def literal_override(key: str, value: str | list[str]) -> str:
+    """`key=value` for a value that must reach the config exactly as given (a path, a list of paths):
+    written as JSON, which YAML reads back unchanged, so a `#` (a YAML comment), a `,` (a flow-list
+    separator), spaces, quotes or `$` in a path stay part of that one path. Our own launchers pass
+    every path this way; a user's key=value stays YAML, as documented."""
+    return f"{key}={json.dumps(value)}"
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

@@ -42,6 +42,16 @@ require_id() {  # NAME VALUE: VALUE must be a decimal number (10 digits at most:
     fi
 }
 
+json_string() {  # VALUE: VALUE as a JSON string, which YAML reads back unchanged: a path with #, comma,
+    # spaces, quotes or $ stays one literal path in a key=value override (rgpt_dist.sections.literal_override)
+    if [[ "$1" == *[[:cntrl:]]* ]]; then
+        echo "slurm/common.sh: a control character in $(printf '%q' "$1"): refusing it as a path" >&2
+        exit 2
+    fi
+    local s=${1//\\/\\\\}
+    printf '"%s"' "${s//\"/\\\"}"
+}
+
 split_words() {  # NAME TEXT: the array NAME holds TEXT's whitespace-separated words, unglobbed
     # read splits at $IFS only; it never globs or expands. -d '' reads past newlines (and returns
     # 1 at the end of its input, hence || true).
@@ -102,7 +112,8 @@ EXTRA_OVERRIDES=() EXTRA_SRUN_ARGS=()
 split_words EXTRA_OVERRIDES "${RGPT_OVERRIDES:-}"
 split_words EXTRA_SRUN_ARGS "${SRUN_ARGS:-}"
 # the batch shell requeues (below), so the trainer must not as well
-OVERRIDES=("log.run_dir=$RUN_DIR" "checkpoint.requeue=false" ${EXTRA_OVERRIDES[@]+"${EXTRA_OVERRIDES[@]}"})
+RUN_DIR_JSON=$(json_string "$RUN_DIR") || exit 2
+OVERRIDES=("log.run_dir=$RUN_DIR_JSON" "checkpoint.requeue=false" ${EXTRA_OVERRIDES[@]+"${EXTRA_OVERRIDES[@]}"})
 # shellcheck disable=SC2054  # the commas are in --signals-to-handle
 CMD=(srun --kill-on-bad-exit=1 --ntasks-per-node=1 --nodes="$NNODES" ${EXTRA_SRUN_ARGS[@]+"${EXTRA_SRUN_ARGS[@]}"}
      "$RGPT_PYTHON" -m torch.distributed.run

@@ -35,10 +35,12 @@ from pathlib import Path
 from rgpt_dist.algorithmic import TASKS, TaskError
 from rgpt_dist.algorithmic.evaluate import EvalError, evaluate_run, write_eval
 from rgpt_dist.algorithmic.table import TableError, check_layouts, load_evals, write_tables
+from rgpt_dist.run_files import RunFileError
 from rgpt_dist.checkpoints.consolidate import ExportError
 from rgpt_dist.config import ConfigError, load_config
 from rgpt_dist.durable import UnsafePath, atomic_write_text
 from rgpt_dist.safe_paths import UnsafeOutput, out_dir, publish, staging
+from rgpt_dist.sections import literal_override
 from rgpt_dist.train.preflight import preflight
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,8 +118,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def train_overrides(args) -> list[str]:
     """What `train` adds to the task's config, in order (the user's overrides last)."""
-    return [f"model={args.model}", f"train.seed={args.seed}", f"log.run_dir={args.out}",
-            f"log.name={Path(args.out).name}", *args.overrides]
+    return [f"model={args.model}", f"train.seed={args.seed}", literal_override("log.run_dir", str(args.out)),
+            literal_override("log.name", Path(args.out).name), *args.overrides]
 
 
 def task_config(task: str) -> Path:
@@ -234,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:            # a usage error (one line printed, status 2) or --help (0)
         return e.code if isinstance(e.code, int) else 2
 
-    refusals = (Refused, EvalError, TableError, TaskError, UnsafeOutput, UnsafePath,
+    refusals = (Refused, EvalError, TableError, TaskError, UnsafeOutput, UnsafePath, RunFileError,
                 FileNotFoundError, ExportError)
     try:
         return {"train": train, "eval": evaluate, "table": table}[args.command](args)

@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import yaml
 
 from rgpt_dist.algorithmic import TaskError, get_task, heldout_batches, make_batch
 from rgpt_dist.algorithmic.capped import capped
@@ -40,7 +41,9 @@ from rgpt_dist.checkpoints.consolidate import consolidate
 from rgpt_dist.checkpoints.record import verify
 from rgpt_dist.progress import bar
 from rgpt_dist.registry import build_model
+from rgpt_dist.run_files import RunFileError, read_mapping
 from rgpt_dist.strict_json import dumps
+from rgpt_dist.train.checkpoint import read_best
 from rgpt_dist.train.metrics import read_metrics
 
 TAG_PREFIX = "step_"
@@ -69,25 +72,54 @@ class Selection:
 
 
 def run_config(run_dir: str | Path) -> dict:
-    """The resolved config the trainer wrote (RUN_DIR/config.yaml) as a mapping."""
+    """The resolved config the trainer wrote (RUN_DIR/config.yaml) as a mapping, read as data from a
+    run that may be another user's (rgpt_dist.run_files: a regular file, bounded, aliases capped),
+    its sections mappings."""
     path = Path(run_dir) / "config.yaml"
     if not Path(run_dir).is_dir():
         raise EvalError(f"run directory {run_dir} does not exist or is not a directory")
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise EvalError(f"{path} not found: {run_dir} is not a training run directory")
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise EvalError(f"{path}: not a readable config ({type(e).__name__})") from None
-    if not isinstance(data, dict):
-        raise EvalError(f"{path}: not a config mapping")
-    return data
+        config = read_mapping(path, "yaml")
+        for section in ("model", "data", "train", "checkpoint", "eval", "parallel", "log"):
+            config.mapping(section, optional=True)
+    except RunFileError as e:
+        raise EvalError(str(e)) from None
+    return config.data
+
+
+NAME = re.compile(r"[A-Za-z0-9_.+\-]{1,100}")
+"""A task or flavour name as the task commands record it."""
+
+
+def read_run_record(path: Path) -> dict:
+    """RUN_DIR/algo_run.json (what `rgpt algo train` / `rgpt think train` recorded), its fields checked."""
+    f = read_mapping(path)
+    return {"task": f.str("task", pattern=NAME), "model": f.str("model", pattern=NAME),
+            "seed": f.int("seed", lo=0, hi=2**32 - 1), "config": f.str("config", optional=True),
+            "overrides": f.list("overrides", lambda o: isinstance(o, str) and len(o) <= 1000, "strings",
+                                optional=True, max_len=1000) or [],
+            "nproc": f.int("nproc", optional=True, lo=1, hi=1 << 20)}
 
 
 def checkpoint_dir(run_dir: str | Path, config: dict) -> Path:
-    """checkpoint.dir, or RUN_DIR/checkpoints (the trainer's default)."""
+    """checkpoint.dir, or RUN_DIR/checkpoints (the trainer's default). A checkpoint.dir outside the run
+    directory is followed only in the user's own runs: another user's run naming, say, a private
+    model's checkpoints would otherwise have that model scored and its scores written into the run."""
     named = (config.get("checkpoint") or {}).get("dir") or ""
-    return Path(named) if named else Path(run_dir) / "checkpoints"
+    if not isinstance(named, str):
+        raise EvalError(f"{Path(run_dir) / 'config.yaml'}: checkpoint.dir must be a path, not {type(named).__name__}")
+    if not named:
+        return Path(run_dir) / "checkpoints"
+    path, run = Path(named), Path(run_dir)
+    inside = path.resolve().is_relative_to(run.resolve())
+    owner = run.stat().st_uid
+    if not inside and owner != os.getuid():
+        raise EvalError(f"{run / 'config.yaml'}: checkpoint.dir={named!r} lies outside the run directory of "
+                        f"another user (uid {owner}): refusing to evaluate checkpoints the run does not hold; "
+                        f"copy the run with its checkpoints into a directory of your own")
+    return path
 
 
 def _complete(tag_dir: Path) -> bool:
@@ -112,15 +144,14 @@ def select_checkpoint(run_dir: str | Path, config: dict | None = None) -> Select
     config = run_config(run_dir) if config is None else config
     ckpt = checkpoint_dir(run_dir, config)
     best = ckpt / BEST_FILE
-    if best.is_file():
+    if best.exists() or best.is_symlink():
         try:
-            rec = json.loads(best.read_text())
-            tag, step, loss = str(rec["tag"]), int(rec["step"]), float(rec["val_loss"])
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise SelectionError(f"{best}: not a readable best-checkpoint record ({type(e).__name__}: {e})") from None
-        if not _complete(ckpt / tag):
-            raise SelectionError(f"{best} names {tag}, which is missing or incomplete under {ckpt}")
-        return Selection(ckpt / tag, step, loss, "best.json")
+            rec = read_best(best)
+        except RunFileError as e:
+            raise SelectionError(str(e)) from None
+        if not _complete(ckpt / rec.tag):
+            raise SelectionError(f"{best} names {rec.tag}, which is missing or incomplete under {ckpt}")
+        return Selection(ckpt / rec.tag, rec.step, rec.val_loss, "best.json")
     records = [r for _, r in read_metrics(Path(run_dir) / "metrics.jsonl") if "val_loss" in r]
     chosen = select_from_records(records, lambda step: _complete(ckpt / f"{TAG_PREFIX}{step:08d}"))
     if chosen is None:
@@ -210,18 +241,16 @@ def _batches(task, split: str, length, limit: int | None, batch_size: int):
 def model_label(run_dir: Path, config: dict) -> tuple[str, dict]:
     """The model's name for tables (the flavour `rgpt-algo train` or `rgpt-think train` recorded, else family + layer count)
     and the run record (empty when the run was started another way)."""
-    record = {}
     path = run_dir / RUN_RECORD
-    if path.is_file():
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            record = {}
+    try:
+        record = read_run_record(path) if path.exists() or path.is_symlink() else {}
+    except RunFileError as e:
+        raise EvalError(str(e)) from None
     model = config.get("model") or {}
     label = record.get("model") or f"{model.get('family', '?')}-{model.get('n_layer', '?')}L"
     # model fields changed on the command line change the model: name them (`rlt-debug n_dec=1`)
-    changed = [o.split("=", 1) for o in record.get("overrides") or [] if isinstance(o, str)
-               and o.startswith("model.") and "=" in o and not o.startswith("model.flavour=")]
+    changed = [o.split("=", 1) for o in record.get("overrides") or []
+               if o.startswith("model.") and "=" in o and not o.startswith("model.flavour=")]
     label = " ".join([str(label), *(f"{k[len('model.'):]}={v}" for k, v in changed)])
     return label, record
 
@@ -240,7 +269,7 @@ def evaluate_run(run_dir: str | Path, lengths=None, limit: int | None = None, ba
     grid = eval_lengths(task, lengths)
     check_positions(task, grid, config.get("model") or {})
     selection = (select_checkpoint if checkpoint == "best" else select_last)(run_dir, config)
-    model, step = load_model(selection.tag_dir, device, trust)
+    model, step = load_model(selection.tag_dir, device, trust, config)
     val = {}
     pooled = Counts()
     for n in task.lengths("val"):
@@ -263,12 +292,26 @@ def evaluate_run(run_dir: str | Path, lengths=None, limit: int | None = None, ba
             "train_lengths": [min(trained), max(trained)]}
 
 
-def load_model(tag_dir: Path, device: str, trust: bool):
-    """The checkpoint's model (fp32, eval mode, on `device`) and its step."""
+def load_model(tag_dir: Path, device: str, trust: bool, config: dict | None = None):
+    """The checkpoint's model (fp32, eval mode, on `device`) and its step. With the run's `config`
+    (config.yaml), the checkpoint must be the run's: the model, the task and the seed the evaluation
+    reports from config.yaml are the ones the checkpoint was trained with."""
     c = consolidate(tag_dir, trust=trust)
+    if config is not None:
+        _check_same_run(config, c.config.to_dict(), tag_dir)
     model = build_model(c.config.model)
     model.load_state_dict(c.state_dict, strict=True)
     return model.to(device=device, dtype=torch.float32).eval(), c.step
+
+
+def _check_same_run(config: dict, trained: dict, tag_dir: Path) -> None:
+    """EvalError naming the first field where the run's config.yaml contradicts its checkpoint's config."""
+    plain = lambda v: json.loads(json.dumps(v))  # noqa: E731 (tuples and lists alike, as YAML reads them)
+    for section, key in [*(("model", k) for k in trained.get("model") or {}), ("data", "task"), ("train", "seed")]:
+        want, got = (trained.get(section) or {}).get(key), (config.get(section) or {}).get(key)
+        if plain(got) != plain(want):
+            raise EvalError(f"config.yaml's {section}.{key}={got!r} contradicts the checkpoint {tag_dir}, trained "
+                            f"with {section}.{key}={want!r}: the run directory's config is not its checkpoint's")
 
 
 def write_eval(result: dict, out: Path) -> Path:

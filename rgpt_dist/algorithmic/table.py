@@ -23,20 +23,20 @@ any. No torch import.
 """
 from __future__ import annotations
 
-import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
 
-from rgpt_dist.algorithmic import get_task, paper_tables
+from rgpt_dist.algorithmic import TASKS, get_task, paper_tables
 from rgpt_dist.algorithmic.cells import TASK_TITLES, TableError, fmt, md_table, mean_sd, stat_cell  # noqa: F401 (fmt: re-exported)
 from rgpt_dist.algorithmic.metrics import CHANCE, METRIC_NAMES, METRICS, PRIMARY
+from rgpt_dist.run_files import Fields, RunFileError, read_mapping
 from rgpt_dist.strict_json import dumps
 from matplotlib.figure import Figure
 
 TASK_ORDER = ("addition", "parity", "mod5_flat", "mod5_brackets", "s5_standard", "s5_swaps")
-_REQUIRED = ("task", "model", "seed", "test", "validation", "primary_metric")
 CHOICES = ("best", "last")
 """eval.json's checkpoint_choice (rgpt-algo eval --checkpoint); absent means best."""
 
@@ -61,19 +61,43 @@ def load_evals(sources) -> list[dict]:
     evals = []
     for path in _files(sources):
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
-            raise TableError(f"{path}: not a readable eval.json ({type(e).__name__})") from None
-        missing = [k for k in _REQUIRED if not isinstance(data, dict) or k not in data]
-        if missing:
-            raise TableError(f"{path}: not an rgpt-algo eval.json (missing {', '.join(missing)})")
-        choice = data.get("checkpoint_choice", "best")
-        if choice not in CHOICES:
-            raise TableError(f"{path}: checkpoint_choice {choice!r} is not one of {', '.join(CHOICES)}")
-        evals.append({**data, "checkpoint_choice": choice, "file": str(path)})
+            evals.append(read_eval(path))
+        except RunFileError as e:
+            raise TableError(f"not an rgpt-algo eval.json: {e}") from None
     if not evals:
         raise TableError("no eval.json given")
     return evals
+
+
+LABEL = re.compile(r"[^\x00-\x1f\x7f|`]{1,200}")
+"""A model label as eval.json records it (a flavour and the model overrides): one line, no pipe."""
+LENGTH = re.compile(r"[1-9][0-9]{0,5}")
+
+
+def _scores(f: Fields) -> dict:
+    """A per-length or pooled score record: each metric present a fraction in [0, 1]."""
+    return {m: f.number(m, optional=True, lo=0.0, hi=1.0) for m in METRICS if m in f.data}
+
+
+def read_eval(path: Path) -> dict:
+    """One eval.json, the fields the tables use checked (types, ranges: accuracies in [0, 1], lengths
+    positive integers, the task a known one, the model label one line without a pipe) and only those
+    kept, with its `file`. Everything else a record holds never reaches a table."""
+    f = read_mapping(path)
+    task, model, seed = f.str("task", choices=tuple(TASKS)), f.str("model", pattern=LABEL), f.int("seed", lo=0, hi=2**32 - 1)
+    test, validation = f.mapping("test"), f.mapping("validation")
+    for n in test.data:
+        if not LENGTH.fullmatch(n):
+            raise test.fail(n, "is not a test length (a positive integer)")
+    train_lengths = f.list("train_lengths", lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 < v < 10**6,
+                           "two positive integers", optional=True, max_len=2)
+    return {"task": task, "model": model, "seed": seed,
+            "step": f.int("step", optional=True, lo=0), "primary_metric": f.str("primary_metric", choices=METRICS),
+            "checkpoint_choice": f.str("checkpoint_choice", optional=True, choices=CHOICES) or "best",
+            "limit": f.int("limit", optional=True, lo=1),
+            "test": {n: _scores(test.mapping(n)) for n in test.data},
+            "validation": {"accuracy": validation.number("accuracy", optional=True, lo=0.0, hi=1.0)},
+            "train_lengths": train_lengths, "file": str(path)}
 
 
 def _pct(value) -> float | None:

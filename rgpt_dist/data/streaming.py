@@ -17,6 +17,7 @@ import contextlib
 import fcntl
 import glob
 import os
+import re
 import sys
 import tempfile
 import time
@@ -260,17 +261,24 @@ def token_loader(dataset: TokenDataset, batch_size: int, num_workers: int = 0) -
                                          drop_last=True, persistent_workers=False)
 
 
+SEGMENT = re.compile(r"[0-9]{6}_(%s)" % "|".join(streaming.base.constant.SHM_TO_CLEAN))
+"""streaming's shared-memory segments in /dev/shm: <the dataset's prefix, 6 digits>_<what it holds>."""
+
+
 def cleanup_stale_state() -> None:
-    """Remove what killed or finished runs leave behind: streaming's stale shared-memory segments and
-    its lock files in the temp directory that no live process holds. Contains a barrier when a
-    process group exists: call it on every rank or on none."""
-    for attempt in range(3):  # a dying process's resource tracker may unlink a segment under us
-        try:
-            streaming.base.util.clean_stale_shared_memory()
-            break
-        except FileNotFoundError:
-            if attempt == 2:
-                raise
+    """Remove what killed or finished runs left behind, and nothing a live run uses: streaming's
+    shared-memory segments that no process on this host maps or holds open, and its lock files in the
+    temp directory that no process holds. (streaming's own clean_stale_shared_memory() removes every
+    segment, a live job's too: that job then dies with FileExistsError at its next registration.) The
+    segments are checked under the host's registration lock, so no job registers meanwhile. Contains a
+    barrier when a process group exists: call it on every rank or on none."""
+    with host_registration_lock():
+        if streaming.base.world.World.detect().is_local_leader and os.path.isdir("/dev/shm"):
+            in_use = _segments_in_use()
+            for name in os.listdir("/dev/shm"):
+                if SEGMENT.fullmatch(name) and name not in in_use:
+                    with contextlib.suppress(OSError):  # another user's, or gone meanwhile
+                        os.unlink(os.path.join("/dev/shm", name))
     for lock in glob.glob(os.path.join(tempfile.gettempdir(), "[0-9]" * 6 + "_*_filelock")):
         try:
             with open(lock, "a") as fh:
@@ -278,3 +286,20 @@ def cleanup_stale_state() -> None:
                 os.remove(lock)
         except OSError:
             pass
+
+
+def _segments_in_use() -> set[str]:
+    """The /dev/shm names some process on this host maps (/proc/PID/maps) or holds open (/proc/PID/fd).
+    A process this user may not inspect is another user's, and so are its segments."""
+    names = set()
+    for proc in glob.glob("/proc/[0-9]*"):
+        with contextlib.suppress(OSError):  # exited meanwhile, or not ours
+            with open(os.path.join(proc, "maps")) as maps:
+                names.update(line.split("/dev/shm/", 1)[1].split()[0] for line in maps if "/dev/shm/" in line)
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(os.path.join(proc, "fd")):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(os.path.join(proc, "fd", fd))
+                    if target.startswith("/dev/shm/"):
+                        names.add(target[len("/dev/shm/"):].split()[0])
+    return names

@@ -31,6 +31,8 @@ transformers 4.57's loading code, each refused with the file and key it lives in
   not write (pickled weights, processor configs with their own auto_map, ...).
 JSON is parsed, not searched as text (`"auto\\u005fmap"` is the key auto_map to transformers).
 The loader (rgpt_dist.eval.harness.hf_model_args) also passes local_files_only and use_safetensors.
+Code trusted under auto runs the model config.json describes: rgpt_dist.export.config_bounds first
+refuses sizes the weights on disk do not hold (300,000 layers, d_model 2^22; ConfigBoundsRefused).
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ import reprlib
 import tempfile
 from pathlib import Path
 
+from rgpt_dist.export.config_bounds import check_config_bounds
 from rgpt_dist.export.hf_looped_writer import AUTO_MAP, WRITER, write_code
 from rgpt_dist.models.spec import families
 
@@ -173,7 +176,8 @@ def _code(hf_dir: Path, files: set[str], config: dict) -> tuple[list[str], list[
 def trust_remote_code(hf_dir: str | Path, policy: str = "auto") -> bool:
     """The `trust_remote_code` value to load hf_dir with under `policy`; RemoteCodeRefused when the
     export ships code the policy does not allow, or (auto, never) holds anything by which transformers
-    would load code or files from outside it (module docstring)."""
+    would load code or files from outside it (module docstring); under auto, ConfigBoundsRefused when the
+    code is ours but config.json asks for sizes the weights on disk do not hold (rgpt_dist.export.config_bounds)."""
     if policy not in POLICIES:
         raise ValueError(f"remote code policy {policy!r} is not one of {POLICIES}")
     hf_dir = Path(hf_dir)
@@ -199,4 +203,5 @@ def trust_remote_code(hf_dir: str | Path, policy: str = "auto") -> bool:
             f"{hf_dir} ships model code that is not this checkout's ({', '.join(differ[:5])}); refusing to "
             f"run it. Re-export the checkpoint with this checkout, or pass --remote-code trust (UNSAFE: "
             f"runs the export's code; see docs/security.md)")
+    check_config_bounds(hf_dir)  # the code is ours, the config.json still the export's: sizes bounded by the weights
     return True

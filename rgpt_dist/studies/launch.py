@@ -16,6 +16,7 @@ from typing import Any
 
 from rgpt_dist.models.spec import spec_for
 from rgpt_dist.progress import bar
+from rgpt_dist.sections import literal_override
 
 ROOT = Path(__file__).resolve().parents[2]
 """The checkout: configs/experiments/ and the launcher package."""
@@ -50,11 +51,11 @@ def cpu_overrides(preset: str, family: str, seed: int, data: str, run_dir: str |
             f"train.seq_len={p['seq_len']}", f"train.micro_batch_size={p['micro_batch_size']}",
             f"train.global_batch_size={p['global_batch_size']}", f"train.max_steps={p['max_steps']}",
             f"train.warmup_steps={p['warmup_steps']}", f"train.lr={p['lr']}", f"train.min_lr={p['min_lr']}",
-            f"train.seed={seed}", f"data.paths=[{data}]", "parallel.zero_stage=2", f"parallel.dtype={p.get('dtype', 'fp32')}",
+            f"train.seed={seed}", literal_override("data.paths", [str(data)]), "parallel.zero_stage=2", f"parallel.dtype={p.get('dtype', 'fp32')}",
             "parallel.activation_checkpointing=none", f"checkpoint.every_steps={p.get('checkpoint_every', p['max_steps'])}",
             "checkpoint.keep_last=1", f"eval.every_steps={p.get('eval_every', p['max_steps'])}",
             f"eval.batches={p['eval_batches']}",
-            f"log.run_dir={run_dir}", "log.every_steps=10", "log.wandb=disabled"]
+            literal_override("log.run_dir", str(run_dir)), "log.every_steps=10", "log.wandb=disabled"]
 
 
 def train_command(config: str, overrides: list[str], nproc: int) -> list[str]:

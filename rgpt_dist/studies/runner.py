@@ -3,6 +3,7 @@ their records kept where the study (or --record) says, then writes the report. N
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from rgpt_dist.config import load_config
@@ -21,7 +22,11 @@ def run(study: Study, ctx: Context, *, only: str | None = None, record: Path | N
     on_end = None
     if record is not None:
         if study.needs_data:  # a language model's record stands for its run on the same data and config
-            todo = [run for run in _pending(study, runs, ctx, record) if run in todo]
+            try:
+                todo = [run for run in _pending(study, runs, ctx, record) if run in todo]
+            except records.RecordError as e:  # a damaged or hostile record, a link in --out: nothing trained
+                print(f"rgpt study {study.name}: {e}", file=sys.stderr)
+                return 2
         on_end = _recorder(study, ctx, record)
     failed = run_all(todo, lambda r: study.commands(r, ctx), ctx.jobs, log_dir=ctx.out, on_end=on_end)
     paths = study.report(ctx, runs)
@@ -48,7 +53,10 @@ def _pending(study: Study, runs: list[Run], ctx: Context, record: Path) -> list[
 def _recorder(study: Study, ctx: Context, record: Path):
     """on_end of run_all: tally every launch of a run; record the run once it has succeeded."""
     def on_end(run: Run, wall_s: float, returncode: int) -> None:
-        records.launch_ended(ctx.out / run.name, wall_s, returncode)
-        if returncode == 0:
-            records.save(ctx.out / run.name, record / run.name, data_dir=ctx.data, files=study.record_files(run))
+        try:  # a link or FIFO planted in the run or record directory: said, and the other runs go on
+            records.launch_ended(ctx.out / run.name, wall_s, returncode)
+            if returncode == 0:
+                records.save(ctx.out / run.name, record / run.name, data_dir=ctx.data, files=study.record_files(run))
+        except records.RecordError as e:
+            print(f"{run.name}: not recorded: {e}", file=sys.stderr, flush=True)
     return on_end

@@ -26,6 +26,7 @@ from rgpt_dist.algorithmic.evaluate import EvalError
 from rgpt_dist.checkpoints.consolidate import ExportError
 from rgpt_dist.durable import UnsafePath
 from rgpt_dist.safe_paths import UnsafeOutput
+from rgpt_dist.run_files import RunFileError
 from rgpt_dist.thinking.frontier import FrontierError, frontier_run, load_frontiers, write_frontier, write_table
 from rgpt_dist.thinking.tasks import TASKS, ThinkingTaskError
 
@@ -45,6 +46,24 @@ def _ints(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"{text!r} must be comma-separated integers") from None
 
 
+MAX_BUCKET = 100_000
+"""frontier --n at most: each example is built before its bucket is scored (~1-2 KiB apiece, measured on the
+graph and relational tasks: < 200 MiB), 50 x the authors' largest bucket (2,000)."""
+MAX_BATCH = 1_000
+"""frontier --batch-size at most: one forward holds ~2.5 MiB of activations per example on the 128-token
+tasks (logic, relational; measured on CPU at d_model 256): ~2.5 GiB at the cap, 10 x the default."""
+
+
+def _at_most(cap: int, what: str):
+    """argparse type: a positive integer <= cap (argparse names the option; exit status 2)."""
+    def parse(text: str) -> int:
+        value = _positive(text)
+        if value > cap:
+            raise argparse.ArgumentTypeError(f"{text!r} is out of range: at most {cap:,} ({what})")
+        return value
+    return parse
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -59,8 +78,10 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("run_dir")
     f.add_argument("--difficulties", type=_ints, help="comma-separated (default: the authors' test grid)")
     f.add_argument("--steps", type=_ints, help="comma-separated thinking steps (default: the authors' grid)")
-    f.add_argument("--n", type=_positive, help="examples per difficulty, even (default: the authors' bucket)")
-    f.add_argument("--batch-size", type=_positive, default=100, help="examples per forward (default 100)")
+    f.add_argument("--n", type=_at_most(MAX_BUCKET, "examples per difficulty, all built before scoring"),
+                   help=f"examples per difficulty, even (default: the authors' bucket; at most {MAX_BUCKET:,})")
+    f.add_argument("--batch-size", type=_at_most(MAX_BATCH, "examples per forward, ~2.5 MiB of activations each"),
+                   default=100, help=f"examples per forward (default 100, at most {MAX_BATCH:,})")
     f.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
     f.add_argument("--checkpoint", choices=("last", "best"), default="last",
                    help="last: train.max_steps (default, the authors'); best: minimum validation loss")
@@ -104,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else 2
 
-    refusals = (Refused, EvalError, FrontierError, ThinkingTaskError, UnsafeOutput, UnsafePath,
+    refusals = (Refused, EvalError, FrontierError, ThinkingTaskError, UnsafeOutput, UnsafePath, RunFileError,
                 FileNotFoundError, ExportError)
     try:
         return {"train": train, "frontier": frontier, "table": table}[args.command](args)

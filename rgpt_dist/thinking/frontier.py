@@ -18,7 +18,6 @@ difficulties outside the generator's range, steps outside 1..model.max_steps, an
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +26,10 @@ import torch
 from matplotlib.figure import Figure
 
 from rgpt_dist.algorithmic.evaluate import load_model, model_label, run_config, select_checkpoint, select_last
-from rgpt_dist.algorithmic.table import fmt, mean_sd
+from rgpt_dist.algorithmic.table import LABEL, fmt, mean_sd
+from rgpt_dist.markdown import cell
 from rgpt_dist.progress import bar
+from rgpt_dist.run_files import RunFileError, read_mapping
 from rgpt_dist.strict_json import dumps
 from rgpt_dist.thinking.inputs import collate
 from rgpt_dist.thinking.tasks import TASKS, ThinkingTaskError, bucket
@@ -75,7 +76,7 @@ def frontier_run(run_dir: str | Path, difficulties=None, steps=None, n: int | No
         raise FrontierError(f"bucket size n={n!r} must be a positive even integer (label balance)")
     difficulties, step_grid = _grid(task, model_cfg, difficulties, steps)
     selection = (select_last if checkpoint == "last" else select_checkpoint)(run_dir, config)
-    model, step = load_model(selection.tag_dir, device, trust)
+    model, step = load_model(selection.tag_dir, device, trust, config)
     correct = np.zeros((len(difficulties), len(step_grid)), dtype=np.int64)
     with torch.no_grad():
         for i, d in enumerate(bar(difficulties, desc=f"{name} frontier rows", unit="difficulty")):
@@ -151,12 +152,35 @@ def load_frontiers(sources) -> list[dict]:
     out = []
     for f in files:
         try:
-            data = json.loads(f.read_text())
-            np.asarray(data["accuracy"], dtype=float).reshape(len(data["difficulties"]), len(data["steps"]))
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise FrontierError(f"{f}: not a frontier record ({type(e).__name__}: {e})") from None
-        out.append({**data, "file": str(f)})
+            out.append(read_frontier(f))
+        except RunFileError as e:
+            raise FrontierError(f"not a frontier record: {e}") from None
     return out
+
+
+def _ints(lo: int, hi: int):
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+
+def read_frontier(path: Path) -> dict:
+    """One frontier.json, the fields the table uses checked (the task a known one, the model label one
+    line without a pipe, the grid's difficulties and steps bounded integers, every accuracy a fraction
+    in [0, 1] in a difficulties x steps grid) and only those kept, with its `file`."""
+    f = read_mapping(path)
+    diffs = f.list("difficulties", _ints(0, 10_000), "integers in 0..10,000", max_len=1000)
+    steps = f.list("steps", _ints(0, 10_000), "integers in 0..10,000", max_len=1000)
+    fraction = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1  # noqa: E731 (NaN fails)
+    accuracy = f.list("accuracy", lambda row: isinstance(row, list) and len(row) == len(steps) and all(map(fraction, row)),
+                      f"{len(diffs)} rows of {len(steps)} fractions in [0, 1]", max_len=len(diffs))
+    if len(accuracy) != len(diffs):
+        raise f.fail("accuracy", f"has {len(accuracy)} rows for {len(diffs)} difficulties")
+    return {"task": f.str("task", choices=tuple(TASKS)), "model": f.str("model", pattern=LABEL),
+            "seed": f.int("seed", lo=0, hi=2**32 - 1), "step": f.int("step", optional=True, lo=0),
+            "checkpoint_choice": f.str("checkpoint_choice", optional=True, choices=("best", "last")) or "last",
+            "difficulties": diffs, "steps": steps, "accuracy": accuracy, "n": f.int("n", lo=1, hi=10**7),
+            "train_range": f.list("train_range", _ints(0, 10_000), "two integers", max_len=2),
+            "supervision_alpha": f.number("supervision_alpha", optional=True, lo=0.0, hi=1.0) or 0.0,
+            "file": str(path)}
 
 
 def aggregate(results: list[dict]) -> list[dict]:
@@ -197,7 +221,7 @@ def _supervision(groups: list[dict]) -> list[str]:
         for g in mine:
             o = g["ood_sufficient"]
             sd = None if o["sd"] is None else 100 * o["sd"]
-            lines.append(f"| {g['supervision_alpha']:g} | {g['model']} | {len(g['seeds'])} | {fmt(100 * o['mean'], sd)} |")
+            lines.append(f"| {g['supervision_alpha']:g} | {cell(g['model'])} | {len(g['seeds'])} | {fmt(100 * o['mean'], sd)} |")
         lines.append("")
     return lines
 

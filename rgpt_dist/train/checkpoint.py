@@ -8,7 +8,11 @@ rename, fsync of the directory). On start the newest checkpoint that verifies (e
 every listed file present and matching, nothing else in the directory) is loaded; incomplete or
 corrupted ones are skipped with a warning. Only the last `keep_last` complete checkpoints are kept,
 and the best one (checkpoint.keep_best): DIR/best.json = {"tag", "step", "val_loss"} names it,
-written atomically by rank 0 once that checkpoint is complete, and pruning never deletes it.
+written atomically by rank 0 once that checkpoint is complete and before `latest` moves to it, and
+pruning never deletes it. A kill between the checkpoint's record and best.json leaves best.json one
+best behind: a resume rewrites it from the best the checkpoint's client state carries
+(`record_best`). best.json is read as data (rgpt_dist.run_files: a regular file only, so a FIFO
+planted there cannot block the trainer; its tag a checkpoint tag, nothing else).
 
 Checkpoints are read through `SafeCheckpointEngine`: DeepSpeed's files are unpickled with torch's
 restricted loader (rgpt_dist.safe_load), so a shared or downloaded run directory cannot run code.
@@ -19,6 +23,7 @@ import json
 import os
 import shutil
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +34,7 @@ from rgpt_dist.checkpoints.record import RECORD, TAG_PREFIX, checksums, verify
 from rgpt_dist.durable import UnsafePath, atomic_write_text, fsync_tree
 from rgpt_dist.parallel.deepspeed_lib import TorchCheckpointEngine
 from rgpt_dist.parallel.universal import convert, deepspeed_loads_restricted
+from rgpt_dist.run_files import TAG, RunFileError, read_mapping
 from rgpt_dist.safe_load import UntrustedCheckpoint, load_pt, scan_pt
 from rgpt_dist.train.run_dir import tag_problem
 
@@ -37,6 +43,25 @@ BEST = "best.json"
 UNIVERSAL_DIR = "universal"  # DIR/universal/<tag>: a checkpoint converted for another layout (removed by the next save)
 """The config of the run that wrote a checkpoint, plain JSON: checked against a resuming run before
 any state is loaded (a different precision or sharding would otherwise fail inside DeepSpeed)."""
+
+
+@dataclass(frozen=True)
+class BestRecord:
+    """DIR/best.json: the best checkpoint's tag, its step and validation loss."""
+
+    tag: str
+    step: int
+    val_loss: float
+
+
+def read_best(path: Path) -> BestRecord:
+    """best.json, every field checked: the tag a checkpoint tag of its step (never a path elsewhere)."""
+    f = read_mapping(path, limit=4096)
+    step = f.int("step", lo=0, hi=10**8 - 1)
+    tag = f.str("tag", pattern=TAG)
+    if tag != f"{TAG_PREFIX}{step:08d}":
+        raise f.fail("tag", f"= {tag!r} is not the tag of step {step}")
+    return BestRecord(tag, step, f.number("val_loss"))
 
 
 class SaveRefused(UnsafePath):
@@ -163,10 +188,23 @@ class CheckpointManager:
         atomic_write_text(tag_dir / RUN_CONFIG, json.dumps(client_state["config"], indent=1, sort_keys=True))
         fsync_tree(tag_dir)  # the files are on disk before the record says they are complete
         atomic_write_text(tag_dir / RECORD, json.dumps(checksums(tag_dir), indent=1, sort_keys=True))
-        atomic_write_text(self.dir / "latest", tag_dir.name)
         if best is not None:
-            atomic_write_text(self.dir / BEST, json.dumps({"tag": tag_dir.name, "step": step, "val_loss": best["val_loss"]}))
+            self._write_best(tag_dir.name, step, best["val_loss"])
+        atomic_write_text(self.dir / "latest", tag_dir.name)
         self._prune()
+
+    def _write_best(self, tag: str, step: int, val_loss: float) -> None:
+        atomic_write_text(self.dir / BEST, json.dumps({"tag": tag, "step": step, "val_loss": val_loss}))
+
+    def record_best(self, best: dict[str, Any] | None) -> None:
+        """Rank 0, on resume: best.json names the best checkpoint the resumed client state records
+        (`best`: {"step", "val_loss"}), where that checkpoint is complete and best.json names another
+        (a kill between a new best's record and its best.json left it one best behind)."""
+        if self.rank != 0 or best is None:
+            return
+        tag = f"{TAG_PREFIX}{int(best['step']):08d}"
+        if self.best_tag() != tag and (self.dir / tag / RECORD).is_file() and not (self.dir / tag).is_symlink():
+            self._write_best(tag, int(best["step"]), float(best["val_loss"]))
 
     def _agree(self, failure: str | None, step: int, tag_dir: Path) -> None:
         """Collective (it is also the save's barrier): every rank learns whether any rank's writes
@@ -196,15 +234,15 @@ class CheckpointManager:
                 shutil.rmtree(old, ignore_errors=True)
 
     def best_tag(self) -> str | None:
-        """The tag best.json names (checkpoint.keep_best), or None: no best.json, or not one of ours."""
+        """The tag best.json names (checkpoint.keep_best), or None: no best.json, or not one of ours
+        (a link, a FIFO, malformed: read_best's refusals)."""
         path = self.dir / BEST
-        try:
-            best = None if path.is_symlink() else json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError, RecursionError):
+        if not path.exists() and not path.is_symlink():
             return None
-        tag = best.get("tag") if isinstance(best, dict) else None
-        ok = isinstance(tag, str) and tag.startswith(TAG_PREFIX) and tag[len(TAG_PREFIX):].isdigit()
-        return tag if ok else None
+        try:
+            return read_best(path).tag
+        except RunFileError:
+            return None
 
     def newest_valid(self) -> str | None:
         """Rank 0 picks the newest verified checkpoint (warning about every one it skips) and checks

@@ -126,6 +126,7 @@ class Trainer:
         self.step, self.tokens = state["step"], state["tokens"]
         self.train_loader.load_state_dict(state["loader"])
         self.best = state.get("best")  # the selection continues where it was (checkpoint.keep_best)
+        self.ckpt.record_best(self.best)
         self.sink.resume_at(self.step)
         if self.dims.is_main:
             print(f"resumed from {self.ckpt.dir / tag} at step {self.step}", flush=True)

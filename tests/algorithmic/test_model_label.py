@@ -8,7 +8,8 @@ from rgpt_dist.algorithmic.evaluate import RUN_RECORD, model_label
 
 
 def _label(tmp_path, overrides):
-    (tmp_path / RUN_RECORD).write_text(json.dumps({"model": "rlt-debug", "overrides": overrides}))
+    (tmp_path / RUN_RECORD).write_text(json.dumps({"task": "parity", "model": "rlt-debug", "seed": 42,
+                                                   "overrides": overrides}))
     return model_label(tmp_path, {"model": {"family": "rlt"}})[0]
 
 

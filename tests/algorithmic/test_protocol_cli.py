@@ -215,3 +215,18 @@ def test_the_three_seed_table(protocol):
     assert "Not the paper's protocol" in md and "| Parity (40) |" in md
     assert (protocol / "table" / "accuracy_vs_length.png").stat().st_size > 10_000
     assert np.isfinite(stat["mean"])
+
+
+def test_a_config_that_contradicts_its_checkpoint_is_refused(protocol, tmp_path, capsys):
+    """A run directory whose config.yaml was edited after training (another task, a deeper model, another
+    seed) is not evaluated: the report would name a model the checkpoint does not hold."""
+    import shutil
+    for section, key, value in (("data", "task", "s5_swaps"), ("model", "n_layer", 2), ("train", "seed", 7)):
+        run = tmp_path / f"{section}.{key}"
+        shutil.copytree(protocol / f"parity-s{SEEDS[0]}", run)
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        assert config[section][key] != value
+        config[section][key] = value
+        (run / "config.yaml").write_text(yaml.safe_dump(config))
+        _refused(capsys, ["eval", str(run), "--lengths", "32", "--limit", "8"], f"config.yaml's {section}.{key}=",
+                 "contradicts the checkpoint")

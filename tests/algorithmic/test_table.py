@@ -87,7 +87,7 @@ def test_a_seed_twice_and_bad_input_are_refused(tmp_path):
     with pytest.raises(TableError, match="seed 42 appears twice"):
         aggregate(load_evals(files))
     (tmp_path / "bad.json").write_text('{"task": "parity"}')
-    with pytest.raises(TableError, match="missing model, seed, test"):
+    with pytest.raises(TableError, match="bad.json: model is missing"):
         load_evals([tmp_path / "bad.json"])
     (tmp_path / "empty").mkdir()
     with pytest.raises(TableError, match="no eval.json under"):

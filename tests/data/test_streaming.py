@@ -113,7 +113,9 @@ def test_a_killed_reader_does_not_poison_the_next_run(dataset):
                             stdout=subprocess.PIPE, text=True, start_new_session=True)
     assert proc.stdout.readline().strip() == "READY"
     from rgpt_dist.data.streaming import REGISTRATION_LOCK
-    leaked = set(os.listdir("/dev/shm")) - before - {REGISTRATION_LOCK}  # the lock file stays, empty
+    with open(f"/proc/{proc.pid}/maps") as maps:  # the reader's own segments (another job on the host may add its own)
+        mapped = {line.split("/dev/shm/", 1)[1].split()[0] for line in maps if "/dev/shm/" in line}
+    leaked = (set(os.listdir("/dev/shm")) - before - {REGISTRATION_LOCK}) & mapped  # the lock file stays, empty
     assert leaked  # the reader holds shared memory...
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -152,3 +154,30 @@ def test_importing_streaming_leaves_transformers_unloaded_and_loadable():
             "import streaming.base.dataloader as d; assert d.BatchEncoding is transformers.BatchEncoding")
     for code in (check, real):
         subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
+
+
+def test_cleanup_removes_only_what_no_process_uses(tmp_path):
+    """A segment a live process maps (its file closed) or holds open stays; a leaked one goes. streaming's
+    own cleanup would remove all three, a live job's included."""
+    import os
+    import subprocess
+    import sys
+    from rgpt_dist.data.streaming import cleanup_stale_state
+    mapped, held, leaked = (f"/dev/shm/99999{i}_{n}" for i, n in ((0, "locals"), (1, "barrier"), (2, "locals")))
+    for path in (mapped, held, leaked):
+        with open(path, "wb") as f:
+            f.write(b"\0" * 64)
+    holder = ("import mmap, sys, time\n"
+              f"f = open({mapped!r}, 'r+b'); m = mmap.mmap(f.fileno(), 0); f.close()\n"
+              f"g = open({held!r}, 'rb')\n"
+              "print('READY', flush=True); time.sleep(120)\n")
+    proc = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "READY"
+        cleanup_stale_state()
+        assert os.path.exists(mapped) and os.path.exists(held) and not os.path.exists(leaked)
+    finally:
+        proc.kill()
+        proc.wait()
+    cleanup_stale_state()
+    assert not any(os.path.exists(p) for p in (mapped, held, leaked))

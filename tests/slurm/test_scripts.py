@@ -69,8 +69,8 @@ def test_dry_run_composes_srun_torchrun_and_the_config():
     assert "srun --kill-on-bad-exit=1 --ntasks-per-node=1 --nodes=1 --container-image=rgpt:latest" in out
     assert "--nproc_per_node=4" in out and "--rdzv_id=4242" in out and "SIGUSR1" in out
     assert f"{ROOT}/configs/experiments/recurrentgpt-medium-isoparams-40k.yaml" in out
-    assert (f"log.run_dir={ROOT}/runs/recurrentgpt-medium-isoparams-40k checkpoint.requeue=false train.seed=7 "
-            "log.every_steps=5") in out  # the batch shell requeues, not the trainer
+    assert (f'log.run_dir=\\"{ROOT}/runs/recurrentgpt-medium-isoparams-40k\\" checkpoint.requeue=false train.seed=7 '
+            "log.every_steps=5") in out  # the batch shell requeues, not the trainer; the path as JSON (a literal)
 
 
 @pytest.mark.parametrize("env,task,message", [({}, 7, "this cell has 7 models"),
@@ -131,7 +131,7 @@ def test_the_ablation_array_runs_every_ablation_config_in_its_task_order():
         assert re.search(rf"^#\s+{i}\s+{re.escape(name)}$", ABLATIONS.read_text(), re.M), name
     done = dry_run(ABLATIONS, 3)
     assert done.returncode == 0, done.stderr
-    assert f"{ROOT}/configs/experiments/{names[3]}.yaml" in done.stdout and f"log.run_dir={ROOT}/runs/{names[3]} " in done.stdout
+    assert f"{ROOT}/configs/experiments/{names[3]}.yaml" in done.stdout and f'log.run_dir=\\"{ROOT}/runs/{names[3]}\\" ' in done.stdout
     done = dry_run(ABLATIONS, len(names))
     assert done.returncode == 2 and f"this cell has {len(names)} models" in done.stderr
 
@@ -172,6 +172,20 @@ def test_the_phi_array_runs_every_sweep_config_in_the_generator_order():
     assert int(total.group(1)) == len(names) and int(total.group(2).replace(",", "")) == round(sum(hours.values()))
     done = dry_run(PHI_GRID, 250)
     assert done.returncode == 0, done.stderr
-    assert f"{ROOT}/configs/experiments/phi/{names[250]}.yaml" in done.stdout and f"log.run_dir={ROOT}/runs/{names[250]} " in done.stdout
+    assert f"{ROOT}/configs/experiments/phi/{names[250]}.yaml" in done.stdout and f'log.run_dir=\\"{ROOT}/runs/{names[250]}\\" ' in done.stdout
     done = dry_run(PHI_GRID, len(names))
     assert done.returncode == 2 and f"this cell has {len(names)} models" in done.stderr
+
+
+def test_a_run_root_with_yaml_characters_reaches_the_trainer_literally(tmp_path):
+    """RGPT_RUNS holding `#` (a YAML comment), `,` (a flow-list separator), spaces, quotes and `$`: the
+    run directory the trainer is given is exactly that path (rgpt_dist.sections.literal_override)."""
+    import shlex
+    from rgpt_dist.sections import parse_override
+    runs = str(tmp_path / 'exp #2, "a" $HOME \\x')
+    done = dry_run(ROOT / "slurm" / "medium_isoparams.sh", 1, RGPT_RUNS=runs)
+    assert done.returncode == 0, done.stderr
+    [given] = [a for a in shlex.split(done.stdout.splitlines()[-1]) if a.startswith("log.run_dir=")]
+    assert parse_override(given)[1] == f"{runs}/recurrentgpt-medium-isoparams-20k"
+    done = dry_run(ROOT / "slurm" / "medium_isoparams.sh", 1, RGPT_RUNS=str(tmp_path / "a\nb"))
+    assert done.returncode == 2 and "a control character" in done.stderr

@@ -59,6 +59,6 @@ def test_an_rt_array_task_trains_its_whole_config():
     done = dry_run(ROOT / "slurm" / "rt_grid.sh", 2)
     assert done.returncode == 0, done.stderr
     assert f"{ROOT}/configs/experiments/rt-150m-6l.yaml" in done.stdout
-    assert f"log.run_dir={ROOT}/runs/rt-150m-6l " in done.stdout
+    assert f'log.run_dir=\\"{ROOT}/runs/rt-150m-6l\\" ' in done.stdout  # the path as JSON: literal
     done = dry_run(ROOT / "slurm" / "rt_grid.sh", len(names()))
     assert done.returncode == 2 and f"this cell has {len(names())} models" in done.stderr

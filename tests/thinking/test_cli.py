@@ -64,3 +64,16 @@ def test_a_seed_twice_or_a_broken_file_is_refused(tmp_path, capsys):
 def test_train_refuses_bad_input_before_any_process(tmp_path, argv, message, capsys):
     assert think([*argv[:2], *argv[2:], "--out", str(tmp_path / "run")]) == 2
     assert message in capsys.readouterr().err and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--n", "100000000"], "argument --n: '100000000' is out of range: at most 100,000"),
+    (["--batch-size", "100000000"], "argument --batch-size: '100000000' is out of range: at most 1,000"),
+    (["--n", "0"], "argument --n: '0' is not a positive integer"),
+])
+def test_frontier_counts_are_bounded_before_anything_runs(tmp_path, monkeypatch, capsys, argv, message):
+    """frontier --n builds every example of a bucket before scoring it and --batch-size sets one forward's
+    activations: 1e8 would ask for tens of GiB. Refused while parsing (exit 2, option, value and cap named)."""
+    monkeypatch.setattr("rgpt_dist.thinking.cli.frontier_run", lambda *a, **k: pytest.fail("frontier ran"))
+    assert think(["frontier", str(tmp_path / "run"), *argv, "--out", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "out").exists()

@@ -54,6 +54,17 @@ PARAMS = ("E", "A", "alpha", "B", "beta", "phi")  # the reported parameters (boo
 # These reach the best objective of ftol 1e-15 / gtol 1e-10 to 2e-14 relative and phi to 5e-9, at
 # 0.8x the iterations (measured on the paper-sized synthetic grid of tests/eval/phi/test_fit.py).
 OPTIONS = {"ftol": 1e-12, "gtol": 1e-9, "maxiter": 1000}
+MAX_STARTS = 40_000
+"""L-BFGS-B starts one lockstep minimisation (`minimise`) may run: fit_law's `restarts`, bootstrap's
+`samples` x (1 + refit_restarts). Every start holds its L-BFGS-B workspace and its rows of the batched
+objective at once: ~25 KiB per start on the paper-sized grid of tests/eval/phi/test_fit.py (116 runs;
+measured: peak RSS over 4,000 restarts and over 200 x 17 bootstrap starts), so 40,000 starts stay under
+~1 GiB (and take about a minute on a 2-core machine). A count beyond it is refused before anything is
+drawn (rgpt-eval phi --restarts 1e8 would otherwise ask for tens of GiB)."""
+REFIT_RESTARTS = 16
+"""bootstrap's default random starts per resample beside the warm start (module docstring, step 3)."""
+MAX_SAMPLES = MAX_STARTS // (1 + REFIT_RESTARTS)
+"""The most bootstrap resamples at the default refit_restarts (2,352): rgpt-eval phi --bootstrap's cap."""
 
 
 @dataclass(frozen=True)
@@ -263,12 +274,16 @@ def law_of(theta: np.ndarray, objective_value: float, d: Data, phi_fixed: float 
 
 
 def check_settings(**settings: float) -> None:
-    """ValueError naming the first setting out of range: counts >= 1, delta > 0, 0 < level < 1."""
+    """ValueError naming the first setting out of range: counts >= 1 (restarts and samples at most
+    MAX_STARTS), delta > 0, 0 < level < 1."""
     for name, v in settings.items():
         ok = {"delta": lambda x: math.isfinite(x) and x > 0, "level": lambda x: 0 < x < 1}.get(
             name, lambda x: isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 1)(v)
         if not ok:
             raise ValueError(f"{name} = {v!r} is out of range (counts: integers >= 1; delta > 0; 0 < level < 1)")
+        if name in ("restarts", "samples") and v > MAX_STARTS:
+            raise ValueError(f"{name} = {v!r} is out of range: at most {MAX_STARTS:,} (L-BFGS-B starts run in "
+                             f"lockstep, ~25 KiB each: fit.MAX_STARTS keeps them under ~1 GiB)")
 
 
 def fit_law(obs: Sequence[Observation], *, phi: float | None = None, restarts: int = 500, seed: int = 0,
@@ -349,7 +364,7 @@ def _params(theta: np.ndarray, phi: float | None) -> dict[str, np.ndarray]:
 
 
 def bootstrap(obs: Sequence[Observation], *, phi: float | None = None, samples: int = 200, seed: int = 0,
-              level: float = 0.95, refit_restarts: int = 16, restarts: int = 500, delta: float = 1e-3,
+              level: float = 0.95, refit_restarts: int = REFIT_RESTARTS, restarts: int = 500, delta: float = 1e-3,
               fit: LawFit | None = None) -> Bootstrap:
     """Block-bootstrap percentile intervals (module docstring). fit: the full-data fit to warm-start
     from (None: fit_law(obs, phi=phi, restarts=restarts, seed=seed, delta=delta)); it must be a fit of
@@ -357,6 +372,11 @@ def bootstrap(obs: Sequence[Observation], *, phi: float | None = None, samples: 
     check_settings(samples=samples, restarts=restarts, delta=delta, level=level)
     if not (isinstance(refit_restarts, int) and refit_restarts >= 0):
         raise ValueError(f"refit_restarts = {refit_restarts!r} is out of range (an integer >= 0)")
+    total = samples * (1 + refit_restarts)  # one lockstep minimisation of every resample's starts
+    if total > MAX_STARTS:
+        raise ValueError(f"samples = {samples} x (1 + refit_restarts = {refit_restarts}) = {total:,} L-BFGS-B starts "
+                         f"is out of range: at most {MAX_STARTS:,} (~1 GiB: fit.MAX_STARTS), i.e. "
+                         f"samples <= {MAX_STARTS // (1 + refit_restarts):,} at this refit_restarts")
     check_observations(obs, fixed_phi=phi)
     if fit is None:
         fit = fit_law(obs, phi=phi, restarts=restarts, seed=seed, delta=delta)

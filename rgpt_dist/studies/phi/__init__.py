@@ -23,6 +23,7 @@ from rgpt_dist.config import load_config
 from rgpt_dist.eval.phi.analysis import analyse
 from rgpt_dist.flops import train_flops
 from rgpt_dist.safe_paths import out_dir, publish, staging
+from rgpt_dist.sections import literal_override
 from rgpt_dist.studies.base import Context, LanguageModelStudy, Run
 from rgpt_dist.studies.launch import ROOT
 from rgpt_dist.studies.phi import grid as sweep
@@ -82,7 +83,7 @@ class Phi(LanguageModelStudy):
         return plan()
 
     def overrides(self, run: Run, ctx: Context) -> list[str]:
-        return [f"data.paths=[{ctx.data}]", f"log.run_dir={Path(ctx.out) / run.name}"]
+        return [literal_override("data.paths", [str(ctx.data)]), literal_override("log.run_dir", str(Path(ctx.out) / run.name))]
 
     def report(self, ctx: Context, runs: list[Run]) -> dict[str, Path]:
         """`rgpt eval phi` over the runs into OUT/fit: phi.md, phi.json, phi.png; no fit while a run

@@ -367,3 +367,24 @@ def test_bootstrap_interval_covers_true_phi(replicates):
 def test_fixed_phi_fits_have_the_lower_r2(replicates):
     for x in replicates[:FIXED_FIT_REPLICATES]:
         assert x["fixed"][1.0].r2 < x["fit"].r2 and x["fixed"][0.0].r2 < x["fit"].r2
+
+
+def test_counts_beyond_the_memory_cap_are_refused_before_anything_is_drawn(grid, monkeypatch):
+    """restarts and bootstrap resamples run their L-BFGS-B starts in lockstep (~25 KiB each): 1e8 of them
+    would ask for tens of GiB. At most fit.MAX_STARTS = 40,000 starts (~1 GiB), refused naming the count
+    and the cap before a starting point or a resample is drawn."""
+    from rgpt_dist.eval.phi import fit as fit_module
+
+    for name in ("draw_inits", "resample_weights", "minimise"):
+        monkeypatch.setattr(fit_module, name, lambda *a, _n=name, **k: pytest.fail(f"{_n} ran"))
+    obs = observations(grid, law(grid, TRUE))
+    with pytest.raises(ValueError, match=r"restarts = 100000000 is out of range: at most 40,000"):
+        fit_law(obs, restarts=10**8)
+    with pytest.raises(ValueError, match=r"samples = 100000000 is out of range: at most 40,000"):
+        bootstrap(obs, samples=10**8)
+    # 2,353 resamples x (1 + 16) starts = 40,001: one too many; with fewer random starts, more resamples fit
+    with pytest.raises(ValueError, match=r"samples = 2353 x \(1 \+ refit_restarts = 16\) = 40,001 L-BFGS-B starts "
+                                         r"is out of range: at most 40,000 .* samples <= 2,352"):
+        bootstrap(obs, samples=2353)
+    with pytest.raises(ValueError, match=r"samples <= 10,000 at this refit_restarts"):
+        bootstrap(obs, samples=10_001, refit_restarts=3)

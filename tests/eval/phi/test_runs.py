@@ -181,3 +181,18 @@ def test_the_phi_study_fits_its_runs_as_rgpt_eval_phi_does(runs, tmp_path, capsy
     capsys.readouterr()
     assert PHI.report(ctx, [*plan, Run("phi-missing", "configs/experiments/quickstart.yaml", "recurrent_gpt", 1)]) == {}
     assert "not finished (phi-missing); no fit" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option,value,bound", [
+    ("--restarts", "100000000", "from 1 to 40,000"), ("--bootstrap", "100000000", "from 1 to 2,352"),
+    ("--restarts", "0", "from 1 to 40,000"), ("--bootstrap", "-5", "from 1 to 2,352")])
+def test_counts_from_the_command_line_are_bounded(tmp_path, capsys, monkeypatch, option, value, bound):
+    """`rgpt-eval phi --restarts/--bootstrap 1e8` would allocate tens of GiB of L-BFGS-B starts: refused
+    while parsing (exit status 2, the option, the value and the range named), before any run is read."""
+    monkeypatch.setattr("launcher.eval.groups_of", lambda *a, **k: pytest.fail("runs read"))
+    monkeypatch.setattr("launcher.eval.analyse", lambda *a, **k: pytest.fail("fitted"))
+    with pytest.raises(SystemExit) as e:
+        rgpt_eval(["phi", str(tmp_path), option, value, "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and f"argument {option}: '{value}' is out of range: an integer {bound}" in err, err
+    assert "~1 GiB" in err and not (tmp_path / "out").exists()
