@@ -34,18 +34,23 @@ their nominal budget within a step's worth; its budgets are x2.15 apart)."""
 
 
 def run_dirs(paths: list[str | Path]) -> list[Path]:
-    """Each path is a run directory (it holds config.yaml or metrics.jsonl) or a directory of them."""
+    """Each path is a run directory (it holds config.yaml or metrics.jsonl) or a directory of them. A
+    run reached twice (a folder and one of its runs, a run under two names) is refused naming both: it
+    would enter the fit twice and weigh double."""
     out: list[Path] = []
+    seen: dict[Path, tuple[Path, Path]] = {}
     for path in map(Path, paths):
         if not path.is_dir():
             raise FileNotFoundError(f"{path} is not a directory")
-        if _is_run(path):
-            out.append(path)
-        else:
-            runs = sorted(p for p in path.iterdir() if p.is_dir() and _is_run(p))
-            if not runs:
-                raise PhiInputError(f"{path}: no run directories (config.yaml + metrics.jsonl) in it")
-            out += runs
+        runs = [path] if _is_run(path) else sorted(p for p in path.iterdir() if p.is_dir() and _is_run(p))
+        if not runs:
+            raise PhiInputError(f"{path}: no run directories (config.yaml + metrics.jsonl) in it")
+        for run in runs:
+            first = seen.setdefault(run.resolve(), (run, path))
+            if first != (run, path):
+                raise PhiInputError(f"{run} (from {path}) is also {first[0]} (from {first[1]}): each run may enter "
+                                    "the fit once; give the folder or its runs, not both")
+            out.append(run)
     return out
 
 

@@ -117,6 +117,19 @@ def test_runs_without_a_final_validation_loss_are_refused_by_name(tmp_path, caps
     assert not (tmp_path / "out").exists()  # a refused fit leaves nothing behind
 
 
+def test_a_run_given_twice_is_refused_not_counted_twice(runs, tmp_path, capsys):
+    """A folder and one of its runs (or a run under a second name) would put that run in the fit twice."""
+    one = runs / "phi-r2-d48-b4e+10"
+    assert rgpt_eval(["phi", str(runs), str(one), "--out", str(tmp_path / "out"), "--restarts", "5",
+                      "--bootstrap", "2"]) == 2
+    err = capsys.readouterr().err
+    assert f"{one} (from {one}) is also {one} (from {runs})" in err and "enter the fit once" in err
+    (tmp_path / "alias").symlink_to(one)
+    with pytest.raises(PhiInputError, match="each run may enter the fit once"):
+        read_observations([one, tmp_path / "alias"])
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_single_recurrence_count_is_refused_naming_the_runs(tmp_path, capsys):
     root = tmp_path / "runs"
     for width, steps in ((32, 40), (48, 30), (64, 20), (32, 80), (48, 60), (64, 40)):
