@@ -305,9 +305,13 @@ def load_model(tag_dir: Path, device: str, trust: bool, config: dict | None = No
 
 
 def _check_same_run(config: dict, trained: dict, tag_dir: Path) -> None:
-    """EvalError naming the first field where the run's config.yaml contradicts its checkpoint's config."""
+    """EvalError naming the first field where the run's config.yaml contradicts its checkpoint's config:
+    every model field config.yaml holds (a run written before a field existed lacks it: not a
+    contradiction), and the task and seed the evaluation reports."""
     plain = lambda v: json.loads(json.dumps(v))  # noqa: E731 (tuples and lists alike, as YAML reads them)
-    for section, key in [*(("model", k) for k in trained.get("model") or {}), ("data", "task"), ("train", "seed")]:
+    written = config.get("model") or {}
+    model_keys = [k for k in trained.get("model") or {} if k in written]
+    for section, key in [*(("model", k) for k in model_keys), ("data", "task"), ("train", "seed")]:
         want, got = (trained.get(section) or {}).get(key), (config.get(section) or {}).get(key)
         if plain(got) != plain(want):
             raise EvalError(f"config.yaml's {section}.{key}={got!r} contradicts the checkpoint {tag_dir}, trained "

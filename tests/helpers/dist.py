@@ -10,8 +10,10 @@ a worker (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PO
 stdout and stderr, and runs `python -m module args` through runpy; a failed rank ends its peers,
 as torchrun does.
 
-torchrun itself stays tested where its behaviour is the point: the SIGKILL, preemption, torn-metrics
-and SLURM tests start it as a command, and so does `make compare`. RGPT_TESTS_TORCHRUN=1 runs every
+torchrun itself stays tested where its behaviour is the point: the preemption, torn-metrics, SLURM and
+two-node tests (a lost node: every process of one torchrun agent killed) start it as a command, and
+so does `make compare`. The SIGKILL-and-resume tests kill forked ranks (`start`): what they test is
+the resume. RGPT_TESTS_TORCHRUN=1 runs every
 launch of the suite under torchrun as before (about 10 s more each), and so does a machine where
 torch sees a GPU (a CUDA driver must not be initialised before a fork).
 """
