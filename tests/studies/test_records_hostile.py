@@ -5,36 +5,12 @@ types, NaN, a FIFO, a huge file, links) is refused with an error naming the file
 a silently wrong sum. (docs/security.md, "Study records".)"""
 import json
 import os
-import threading
 
 import pytest
 
-from rgpt_dist.config.experiment import load_config
 from rgpt_dist.studies import records
-
-
-def _config(tmp_path, where: str, *extra: str):
-    return load_config("gpt2-debug", ["train.max_steps=2", "train.warmup_steps=1", f"data.paths=[{tmp_path / where}]",
-                                      f"log.run_dir={tmp_path / where / 'run'}", *extra])
-
-
-def _run_dir(tmp_path, where: str = "machine-a"):
-    """A finished run directory as the trainer leaves it (as in test_records.py)."""
-    cfg = _config(tmp_path, where)
-    run = tmp_path / where / "run"
-    run.mkdir(parents=True)
-    (run / "config.yaml").write_text(cfg.to_yaml())
-    lines = [{"step": s, "loss": 10.0 - s, "tokens": 64 * s} for s in (1, 2)] + [{"step": 2, "val_loss": 9.5}]
-    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    return run
-
-
-@pytest.fixture
-def data(tmp_path):
-    d = tmp_path / "data"
-    d.mkdir()
-    (d / "manifest.json").write_text('{"shards": ["a"]}\n')
-    return d
+from tests.helpers.fifo import no_block
+from tests.studies.test_records import _config, _run_dir, data  # noqa: F401 (data: a fixture)
 
 
 @pytest.fixture
@@ -96,7 +72,7 @@ def test_restore_refuses_a_fifo_or_a_directory_where_a_file_goes(tmp_path, rec):
     os.mkfifo(out / "record.json")
     (out / "config.yaml").mkdir()
     with pytest.raises(records.RecordError, match="is a FIFO, not a regular file: refusing to restore"):
-        _no_block(lambda: records.restore(rec, out), out / "record.json")
+        no_block(lambda: records.restore(rec, out), out / "record.json")
 
 
 def test_restore_through_the_launcher_exits_2_and_trains_nothing(tmp_path, monkeypatch, victim):
@@ -205,44 +181,18 @@ def _meta_good(tmp_path, data):
     return json.loads((records.save(run, tmp_path / "rec-z", data_dir=data) / "record.json").read_text())
 
 
-def _no_block(fn, fifo, timeout: float = 10.0):
-    """fn() in a thread: fails the test (after unblocking it) if it is still waiting on `fifo` after
-    `timeout` seconds; re-raises what fn raised."""
-    result = {}
-
-    def target():
-        try:
-            result["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 (re-raised in the test's thread)
-            result["error"] = e
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-    t.join(timeout)
-    if t.is_alive():
-        try:  # a writer that closes at once: the blocked reader sees end of file
-            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-        except OSError:
-            pass
-        t.join(5)
-        pytest.fail(f"blocked on the FIFO {fifo}")
-    if "error" in result:
-        raise result["error"]
-    return result.get("value")
-
-
 def test_a_fifo_at_record_json_is_refused_without_blocking(tmp_path, rec, data):
     (rec / "record.json").unlink()
     os.mkfifo(rec / "record.json")
     with pytest.raises(records.RecordError, match=f"{rec / 'record.json'} is a FIFO"):
-        _no_block(lambda: _why_not(tmp_path, rec, data), rec / "record.json")
+        no_block(lambda: _why_not(tmp_path, rec, data), rec / "record.json")
 
 
 def test_a_fifo_or_link_among_the_record_files_is_refused(tmp_path, rec, data, victim):
     (rec / "metrics.jsonl").unlink()
     os.mkfifo(rec / "metrics.jsonl")
     with pytest.raises(records.RecordError, match="metrics.jsonl is a FIFO"):
-        _no_block(lambda: _why_not(tmp_path, rec, data), rec / "metrics.jsonl")
+        no_block(lambda: _why_not(tmp_path, rec, data), rec / "metrics.jsonl")
     (rec / "metrics.jsonl").unlink()
     (rec / "metrics.jsonl").symlink_to(victim / "metrics.jsonl")
     with pytest.raises(records.RecordError, match="metrics.jsonl is a symbolic link"):
@@ -305,7 +255,7 @@ def test_the_summed_time_leaves_out_an_unusable_record_and_says_so(tmp_path, rec
     fifo = tmp_path / "rec" / "fifo"
     fifo.mkdir()
     os.mkfifo(fifo / "record.json")
-    total = _no_block(lambda: records.wall_seconds([rec, bad, fifo, tmp_path / "missing"]), fifo / "record.json")
+    total = no_block(lambda: records.wall_seconds([rec, bad, fifo, tmp_path / "missing"]), fifo / "record.json")
     assert total == pytest.approx(3.0)
     err = capsys.readouterr().err
     assert str(bad / "record.json") in err and str(fifo / "record.json") in err
