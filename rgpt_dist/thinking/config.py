@@ -29,6 +29,13 @@ from rgpt_dist.depth import UniformDepth
 ACTIVATIONS = ("gelu", "relu")
 """The FFN's nonlinearity: exact GELU (the sequence tasks') or ReLU (nn.TransformerEncoderLayer's
 default, the graph task's)."""
+ATTN_INITS = ("linear", "mha")
+"""How the attention's projections are initialised (`attn_init`): `linear`, torch's nn.Linear default
+for the stacked q/k/v projection and the output projection (weights and biases U(-1/sqrt(d), 1/sqrt(d)),
+the distribution of the sequence tasks' separate q/k/v nn.Linear layers; the default), or `mha`,
+torch's nn.MultiheadAttention (the graph task's nn.TransformerEncoderLayer): xavier-uniform over the
+stacked [3d, d] in-projection (bound sqrt(6 / (d + 3d))), zero in-projection and output biases, the
+output weight left at nn.Linear's default."""
 POSITIONS = ("none", "rope")
 """How attention knows token positions: not at all (the graph: the adjacency mask is the structure),
 or rotary q/k (the sequence tasks)."""
@@ -88,6 +95,10 @@ class ThinkingModelConfig(Section):
     readout_k: int = 2
     """K: positions whose final states are concatenated for the head (graph 2, source and target;
     sequence tasks 1, CLS); 1 <= readout_k <= 1024."""
+    attn_init: str = "linear"
+    """The attention projections' initialisation (ATTN_INITS): `linear` (default: torch's nn.Linear
+    init, the sequence tasks' q/k/v layers) or `mha` (nn.MultiheadAttention's, the authors' graph
+    block: xavier-uniform q/k/v weight, zero biases)."""
     supervision_alpha: float = 0.0
     """a of the loss (1 - a) BCE_final + a mean_t BCE_t: 0 = silent thinking (final step only, the
     authors' default); 0 <= a <= 1."""
@@ -124,7 +135,8 @@ class ThinkingModelConfig(Section):
         if not (_number(self.supervision_alpha) and 0 <= self.supervision_alpha <= 1):
             out.append(f"{path}.supervision_alpha={self.supervision_alpha!r} must be in [0, 1]")
         for name, value, allowed in (("activation", self.activation, ACTIVATIONS),
-                                     ("positions", self.positions, POSITIONS)):
+                                     ("positions", self.positions, POSITIONS),
+                                     ("attn_init", self.attn_init, ATTN_INITS)):
             if value not in allowed:
                 out.append(f"{path}.{name}={value!r} is not one of {', '.join(allowed)}")
         if self.n_head >= 1 and self.d_model % self.n_head:

@@ -26,10 +26,12 @@ torch's nn.TransformerEncoderLayer (ReLU FFN, one more dropout on the attention 
 tasks' a custom block (exact GELU, dropout on the attention weights, the FFN's hidden and output);
 here one block serves all three with the FFN's activation from the config (`activation`) and the
 sequence tasks' dropout sites. Initialisation is torch's default for every Linear (the sequence
-tasks'), N(0, 1) for the token and depth embeddings (nn.Embedding's, as theirs; padding row zero) and
-N(0, 0.02) for the role vectors. The project's layers.MLP (tanh GELU, no inner dropout, GPT-2's normal
-init through a LayerFactory) and CausalSelfAttention (causal or a padding mask built for decoding)
-do not fit these blocks; its rotary helper does.
+tasks' code; cfg.attn_init="mha" gives the attention the graph code's nn.MultiheadAttention init
+instead: xavier-uniform q/k/v weight, zero biases), N(0, 1) for the token and depth embeddings
+(nn.Embedding's, as theirs; padding row zero) and N(0, 0.02) for the role vectors. The project's
+layers.MLP (tanh GELU, no inner dropout, GPT-2's normal init through a LayerFactory) and
+CausalSelfAttention (causal or a padding mask built for decoding) do not fit these blocks; its rotary
+helper does.
 """
 from __future__ import annotations
 
@@ -56,8 +58,15 @@ class Attention(nn.Module):
     def __init__(self, cfg: ThinkingModelConfig):
         super().__init__()
         self.n_head, self.head_dim = cfg.n_head, cfg.head_dim
-        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)                 # W [3d, d], b [3d]
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+        if cfg.attn_init == "mha":
+            # nn.MultiheadAttention's _reset_parameters (the graph task's block): xavier-uniform over the
+            # stacked [3d, d] in-projection (fan_in d, fan_out 3d), zero in- and output biases; the output
+            # weight keeps nn.Linear's init. "linear" touches nothing (and draws nothing more).
+            nn.init.xavier_uniform_(self.qkv.weight)
+            nn.init.zeros_(self.qkv.bias)
+            nn.init.zeros_(self.proj.bias)
         self.dropout = cfg.dropout
         self.rope_base = cfg.rope_base if cfg.positions == "rope" else None
 

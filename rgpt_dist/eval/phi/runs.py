@@ -18,11 +18,14 @@ No torch import.
 """
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 from pathlib import Path
 from typing import Any
 
 from rgpt_dist.config import load_config
+from rgpt_dist.durable import UnsafePath, open_regular
 from rgpt_dist.eval.grid import FINISHED, summarize_run
 from rgpt_dist.eval.phi.fit import Observation, PhiInputError
 from rgpt_dist.flops import expected_depth, param_split
@@ -35,10 +38,13 @@ their nominal budget within a step's worth; its budgets are x2.15 apart)."""
 
 def run_dirs(paths: list[str | Path]) -> list[Path]:
     """Each path is a run directory (it holds config.yaml or metrics.jsonl) or a directory of them. A
-    run reached twice (a folder and one of its runs, a run under two names) is refused naming both: it
-    would enter the fit twice and weigh double."""
+    run reached twice is refused naming both paths, since it would enter the fit twice and weigh
+    double: the same directory by two spellings (a folder and one of its runs, a symbolic link,
+    `a/../a`, a second mount: one (device, inode)), or two copies of one run (byte-identical
+    config.yaml and metrics.jsonl, compared by SHA-256; the trainer writes log.run_dir into
+    config.yaml, so two distinct runs never match)."""
     out: list[Path] = []
-    seen: dict[Path, tuple[Path, Path]] = {}
+    seen: dict[tuple, tuple[Path, Path]] = {}
     for path in map(Path, paths):
         if not path.is_dir():
             raise FileNotFoundError(f"{path} is not a directory")
@@ -46,12 +52,42 @@ def run_dirs(paths: list[str | Path]) -> list[Path]:
         if not runs:
             raise PhiInputError(f"{path}: no run directories (config.yaml + metrics.jsonl) in it")
         for run in runs:
-            first = seen.setdefault(run.resolve(), (run, path))
+            st, digest = run.stat(), _content_digest(run)
+            first = seen.setdefault(("dir", st.st_dev, st.st_ino), (run, path))
             if first != (run, path):
-                raise PhiInputError(f"{run} (from {path}) is also {first[0]} (from {first[1]}): each run may enter "
-                                    "the fit once; give the folder or its runs, not both")
+                raise PhiInputError(f"{_named(run, path)} is also {_named(*first)}: the same directory (a folder "
+                                    "and one of its runs, a link or another spelling of its path); each run may "
+                                    "enter the fit once: give it once")
+            first = seen.setdefault(("content", digest), (run, path)) if digest else (run, path)
+            if first != (run, path):
+                raise PhiInputError(f"{_named(run, path)} and {_named(*first)} hold the same config.yaml and "
+                                    f"metrics.jsonl (sha256 {digest[:16]}): two copies of one run; each run may "
+                                    "enter the fit once: give one of them")
             out.append(run)
     return out
+
+
+def _named(run: Path, given: Path) -> str:
+    """The run as the user reached it: its path, and the folder it was found in when not given itself."""
+    return str(run) if run == given else f"{run} (in {given})"
+
+
+def _content_digest(run: Path) -> str | None:
+    """SHA-256 of the two files' SHA-256s (config.yaml, metrics.jsonl), or None when either is not a
+    regular file that opens (a link is not followed, a FIFO never blocks: durable.open_regular); the
+    run's reader then names what is wrong with it."""
+    parts = []
+    for name in ("config.yaml", "metrics.jsonl"):
+        try:
+            fd = open_regular(run / name, os.O_RDONLY)
+        except (UnsafePath, OSError):
+            return None
+        h = hashlib.sha256()
+        with os.fdopen(fd, "rb") as f:
+            while chunk := f.read(1 << 20):                                      # streamed: no size cap needed
+                h.update(chunk)
+        parts.append(h.digest())
+    return hashlib.sha256(b"".join(parts)).hexdigest()
 
 
 def _is_run(path: Path) -> bool:

@@ -4,14 +4,17 @@ back through the reader, the parameter split and the fit; runs that cannot enter
 named; groups are compared. The law below is written from SPEC section 10, not imported."""
 import json
 import math
+import os
+import shutil
 
 import pytest
 
 from launcher.eval import main as rgpt_eval
 from rgpt_dist.config import load_config
 from rgpt_dist.eval.phi.fit import PhiInputError
-from rgpt_dist.eval.phi.runs import budget_labels, read_observations
+from rgpt_dist.eval.phi.runs import budget_labels, read_observations, run_dirs
 from rgpt_dist.flops import param_split, train_flops
+from tests.helpers.fifo import no_block
 
 SEQ, BATCH = 32, 4
 LAW = {"E": 1.8, "A": 60.0, "alpha": 0.35, "B": 900.0, "beta": 0.45}
@@ -123,11 +126,57 @@ def test_a_run_given_twice_is_refused_not_counted_twice(runs, tmp_path, capsys):
     assert rgpt_eval(["phi", str(runs), str(one), "--out", str(tmp_path / "out"), "--restarts", "5",
                       "--bootstrap", "2"]) == 2
     err = capsys.readouterr().err
-    assert f"{one} (from {one}) is also {one} (from {runs})" in err and "enter the fit once" in err
+    assert f"{one} is also {one} (in {runs}): the same directory" in err and "enter the fit once" in err
     (tmp_path / "alias").symlink_to(one)
     with pytest.raises(PhiInputError, match="each run may enter the fit once"):
         read_observations([one, tmp_path / "alias"])
     assert not (tmp_path / "out").exists()
+
+
+def two_runs(root):
+    """Two distinct finished runs (different widths, so different config.yaml and metrics.jsonl)."""
+    return [make_run(root, f"r2-d{width}", overrides(2, width, 5)) for width in (32, 48)]
+
+
+@pytest.mark.parametrize("spelling", ["folder and run", "linked folder", "linked run", "a/../a"])
+def test_one_directory_by_two_spellings_is_refused_naming_both(tmp_path, capsys, spelling):
+    a, _ = two_runs(tmp_path / "runs")
+    (tmp_path / "link").symlink_to(tmp_path / "runs")
+    first, second = {"folder and run": (tmp_path / "runs", a), "linked folder": (tmp_path / "runs", tmp_path / "link"),
+                     "linked run": (a, tmp_path / "link" / a.name), "a/../a": (a, a / ".." / a.name)}[spelling]
+    assert rgpt_eval(["phi", str(first), str(second), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "the same directory" in err and "each run may enter the fit once" in err
+    assert str(second) in err and str(a if first == a else tmp_path / "runs") in err        # both spellings named
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("where", ["same folder", "another folder"])
+def test_two_copies_of_one_run_are_refused_naming_both(tmp_path, capsys, where):
+    """cp -r of a run: byte-identical config.yaml (log.run_dir included) and metrics.jsonl."""
+    a, _ = two_runs(tmp_path / "runs")
+    copy = (tmp_path / "runs" if where == "same folder" else tmp_path / "elsewhere") / "r2-d32-copy"
+    shutil.copytree(a, copy)
+    given = [tmp_path / "runs"] + ([] if where == "same folder" else [copy])
+    assert rgpt_eval(["phi", *map(str, given), "--out", str(tmp_path / "out")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "hold the same config.yaml and metrics.jsonl" in err and "two copies of one run" in err
+    assert str(a) in err and str(copy) in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_copy_that_differs_or_cannot_be_hashed_is_not_called_a_duplicate(tmp_path):
+    a, b = two_runs(tmp_path / "runs")
+    edited = tmp_path / "runs" / "r2-d32-edited"
+    shutil.copytree(a, edited)
+    with open(edited / "metrics.jsonl", "a") as f:
+        f.write("\n")                                   # one byte more: a different file, not a copy
+    assert run_dirs([tmp_path / "runs"]) == [a, edited, b]
+    planted = tmp_path / "runs" / "r2-d32-fifo"
+    shutil.copytree(a, planted)
+    (planted / "metrics.jsonl").unlink()
+    os.mkfifo(planted / "metrics.jsonl")               # not hashed (nor blocked on); its reader names it
+    assert no_block(lambda: run_dirs([tmp_path / "runs"]), planted / "metrics.jsonl") == [a, edited, planted, b]
 
 
 def test_a_single_recurrence_count_is_refused_naming_the_runs(tmp_path, capsys):
