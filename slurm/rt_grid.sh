@@ -4,6 +4,10 @@
 # experiment names (configs/experiments/<name>.yaml).
 #   mkdir -p logs && sbatch slurm/rt_grid.sh          # every run
 #   sbatch --array=0-3 slurm/rt_grid.sh               # the 150M setting only
+# RT_SWEEP=1: the authors' sweep instead (issue #42; configs/experiments/rt-sweep/<name>.yaml): each run below
+# at lr in {1e-3, 3.16e-3, 1e-2} x beta2 in {0.95, 0.99}, weight decay 0, warm-up 5,000 (150M) / 10,000 (300M)
+# steps; task 6 r + 2 i + j is run r at the i-th lr and the j-th beta2, 60 tasks, 489 GPU-hours:
+#   RT_SWEEP=1 sbatch --array=0-59 slurm/rt_grid.sh
 # Every setting and environment override: docs/cluster.md. Shared logic: slurm/common.sh.
 # Cost (rgpt_dist.flops.gpu_hours: training FLOPs / (989 TFLOP/s x 40% MFU); evaluation,
 # checkpoints and restarts not included): 81 GPU-hours in all. The longest task (rt-300m-6l) needs
@@ -37,5 +41,24 @@
 BUDGETED=0  # whole experiment names: configs/experiments/<name>.yaml
 # shellcheck disable=SC2034
 MODELS=(rt-150m-12l rt-dense-150m-12l rt-150m-6l rt-dense-150m-6l rt-300m-24l rt-dense-300m-24l rt-300m-12l rt-dense-300m-12l rt-300m-6l rt-dense-300m-6l)
+# shellcheck disable=SC2034  # read by common.sh; RT_SWEEP=1: the sweep's configs have their own folder
+case "${RT_SWEEP:-0}" in
+    0) ;;
+    1) CONFIG_SUBDIR=rt-sweep
+       MODELS=(
+        rt-150m-12l-lr1e-3-b0.95 rt-150m-12l-lr1e-3-b0.99 rt-150m-12l-lr3.16e-3-b0.95 rt-150m-12l-lr3.16e-3-b0.99 rt-150m-12l-lr1e-2-b0.95 rt-150m-12l-lr1e-2-b0.99
+        rt-dense-150m-12l-lr1e-3-b0.95 rt-dense-150m-12l-lr1e-3-b0.99 rt-dense-150m-12l-lr3.16e-3-b0.95 rt-dense-150m-12l-lr3.16e-3-b0.99 rt-dense-150m-12l-lr1e-2-b0.95 rt-dense-150m-12l-lr1e-2-b0.99
+        rt-150m-6l-lr1e-3-b0.95 rt-150m-6l-lr1e-3-b0.99 rt-150m-6l-lr3.16e-3-b0.95 rt-150m-6l-lr3.16e-3-b0.99 rt-150m-6l-lr1e-2-b0.95 rt-150m-6l-lr1e-2-b0.99
+        rt-dense-150m-6l-lr1e-3-b0.95 rt-dense-150m-6l-lr1e-3-b0.99 rt-dense-150m-6l-lr3.16e-3-b0.95 rt-dense-150m-6l-lr3.16e-3-b0.99 rt-dense-150m-6l-lr1e-2-b0.95 rt-dense-150m-6l-lr1e-2-b0.99
+        rt-300m-24l-lr1e-3-b0.95 rt-300m-24l-lr1e-3-b0.99 rt-300m-24l-lr3.16e-3-b0.95 rt-300m-24l-lr3.16e-3-b0.99 rt-300m-24l-lr1e-2-b0.95 rt-300m-24l-lr1e-2-b0.99
+        rt-dense-300m-24l-lr1e-3-b0.95 rt-dense-300m-24l-lr1e-3-b0.99 rt-dense-300m-24l-lr3.16e-3-b0.95 rt-dense-300m-24l-lr3.16e-3-b0.99 rt-dense-300m-24l-lr1e-2-b0.95 rt-dense-300m-24l-lr1e-2-b0.99
+        rt-300m-12l-lr1e-3-b0.95 rt-300m-12l-lr1e-3-b0.99 rt-300m-12l-lr3.16e-3-b0.95 rt-300m-12l-lr3.16e-3-b0.99 rt-300m-12l-lr1e-2-b0.95 rt-300m-12l-lr1e-2-b0.99
+        rt-dense-300m-12l-lr1e-3-b0.95 rt-dense-300m-12l-lr1e-3-b0.99 rt-dense-300m-12l-lr3.16e-3-b0.95 rt-dense-300m-12l-lr3.16e-3-b0.99 rt-dense-300m-12l-lr1e-2-b0.95 rt-dense-300m-12l-lr1e-2-b0.99
+        rt-300m-6l-lr1e-3-b0.95 rt-300m-6l-lr1e-3-b0.99 rt-300m-6l-lr3.16e-3-b0.95 rt-300m-6l-lr3.16e-3-b0.99 rt-300m-6l-lr1e-2-b0.95 rt-300m-6l-lr1e-2-b0.99
+        rt-dense-300m-6l-lr1e-3-b0.95 rt-dense-300m-6l-lr1e-3-b0.99 rt-dense-300m-6l-lr3.16e-3-b0.95 rt-dense-300m-6l-lr3.16e-3-b0.99 rt-dense-300m-6l-lr1e-2-b0.95 rt-dense-300m-6l-lr1e-2-b0.99)
+       ;;
+    *) echo "slurm/rt_grid.sh: RT_SWEEP=$(printf '%q' "$RT_SWEEP") must be 0 (the grid) or 1 (the authors' sweep)" >&2
+       exit 2 ;;
+esac
 # shellcheck source-path=SCRIPTDIR source=common.sh
 source "${RGPT_ROOT:-${SLURM_SUBMIT_DIR:-.}}/slurm/common.sh"

@@ -2,8 +2,11 @@
 (family included), then the YAML's own model fields apply, then the command line's (#11)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from rgpt_dist.models.flavours import write_yaml
 from rgpt_dist.config import ConfigError, GPT2Config, RecurrentGPTConfig, load_config
 
 
@@ -76,3 +79,13 @@ def test_bad_flavour_and_nested_model_keys_are_errors():
         load_config(None, ["model.a.b=1"])
     with pytest.raises(ConfigError, match="must name a flavour"):
         load_config(None, ["model=3"])
+
+
+def test_the_committed_flavour_yamls_are_what_make_configs_writes(tmp_path):
+    """configs/models/*.yaml are generated (`make configs`): a field added to a family's config shows
+    up in them, so a stale file (the field missing, or a flavour gone) fails here."""
+    committed = Path(__file__).resolve().parents[2] / "configs" / "models"
+    written = {p.name: p.read_text() for p in write_yaml(tmp_path)}
+    assert sorted(p.name for p in committed.glob("*.yaml")) == sorted(written)
+    stale = [name for name, text in written.items() if (committed / name).read_text() != text]
+    assert not stale, f"regenerate with `make configs`: {stale}"

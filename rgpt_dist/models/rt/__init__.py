@@ -16,7 +16,8 @@ token and layer, and the temporary pairs elementwise (not matmuls); the naive sc
 query by its t - 1 persistent keys and its temporary one, 2 d (S + 1) per token and layer.
 
 Parameters: an RT layer has exactly a Transformer block's (the persistent pair reuses the layer's K,
-V, input norm and QK-norm gains); the untied head adds padded_vocab_size x d (`head_params`, counted
+V, input norm and QK-norm gains; `extra_params`: a full-width or biased QK-norm's beyond the shared
+count's two head_dim gains); the untied head adds padded_vocab_size x d (`head_params`, counted
 with the embeddings: the non-embedding count is the layers' and the final norm's). The
 dense partners (`rt-dense-*`, gpt2 family, config.DENSE_FLAVOURS) have the same block options and
 shapes with GPT-2's tied head: each RT flavour has its partner's parameters plus V x d.
@@ -32,7 +33,8 @@ so beam search, batch selection and crop work on it (no carried state); the unti
 embed.unembed (config.json: tie_word_embeddings false).
 
 Declared unsupported (`refusals`, each quoted by its refusal): parallel.compile=blocks' layers;
-parallel.compile=model by config validation (`run_problems`). Imports no torch.
+parallel.compile=model, and model.qk_norm_span=width under tensor parallelism (the authors' full-width
+QK-norm needs every head's features on one rank), by config validation (`run_problems`). Imports no torch.
 """
 from __future__ import annotations
 
@@ -54,7 +56,8 @@ class RTSpec(FamilySpec):
     config = RTConfig
     model = "rgpt_dist.models.rt.model:RT"
     flavours = FLAVOURS
-    dense_reference = {name: name.replace("rt-", "rt-dense-", 1) for name in FLAVOURS}
+    dense_reference = {name: name.replace("rt-", "rt-dense-", 1) for name in FLAVOURS
+                       if not name.startswith("rt-authors-")}  # the authors' preset has no dense partner here
     kv_strategies = ("full",)
     cached_generation = True
     hf_writer = "rgpt_dist.export.hf_looped_writer:write_hf_looped"  # ships model.py, tiled.py (remote code)
@@ -65,10 +68,16 @@ class RTSpec(FamilySpec):
     }
 
     def run_problems(self, cfg: Any) -> list[str]:
-        """parallel.compile=model: one graph would unroll the scan's
+        """model.qk_norm_span=width under parallel.tp_size > 1 (a rank holds its heads' features only);
+        parallel.compile=model: one graph would unroll the scan's
         per-position loop (seq_len steps x n_layer layers). `blocks` compiles the head only (RT has
         no shared-layer Block) and the layers run eagerly."""
         out = super().run_problems(cfg)
+        m = cfg.model
+        if cfg.parallel.tp_size > 1 and m.qk_norm and m.qk_norm_span == "width":
+            out.append(f"model.qk_norm_span='width' is not supported with parallel.tp_size={cfg.parallel.tp_size}: "
+                       "the norm needs all d_model features of q and k, a rank holds only its heads'; use "
+                       "model.qk_norm_span=head (or model.qk_norm=false), or parallel.tp_size=1")
         if cfg.parallel.compile == "model":
             out.append("parallel.compile=model is not supported by model family 'rt': the whole forward would "
                        "unroll its per-position scan (seq_len steps x n_layer layers) into one graph; use "
@@ -76,6 +85,15 @@ class RTSpec(FamilySpec):
         return out
 
     # ---- parameters -------------------------------------------------------------------------
+    def extra_params(self, cfg: Any) -> int:
+        """QK-norm beyond the shared count's two head_dim gains per layer (flops.block_params): with
+        qk_norm_span=width the gains are d wide, with qk_norm_type=layernorm and bias each has a bias."""
+        if not cfg.qk_norm:
+            return 0
+        size = cfg.d_model if cfg.qk_norm_span == "width" else cfg.head_dim
+        per_norm = size * (2 if cfg.qk_norm_type == "layernorm" and cfg.bias else 1)
+        return cfg.n_layer * (2 * per_norm - 2 * cfg.head_dim)
+
     def head_params(self, cfg: Any) -> int:
         """The untied head's padded_vocab_size x d_model (0 with tie_embeddings), counted with the
         embeddings: the authors' "150M non-embedding" leaves out both vocabulary matrices."""

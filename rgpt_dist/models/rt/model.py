@@ -20,6 +20,14 @@ and z is the next layer's input. Readings of the SPEC's equations:
 - Initialisation as the shared layers, N(0, init_std) for every matrix (the output projections too:
   the 1/sqrt(L) branch scaling already plays the part of GPT-2's 1/sqrt(2 L) init scaling).
 
+Options (RTConfig; these readings are the defaults) toward the authors' released block
+(geniucos/recurrent-transformer, olmo/model.py; the `rt-authors-*` flavours set them all):
+residual_scale=none: z_t = h_t + MLP(N_2(h_t)), h_t = x_t + a_t (no 1/sqrt(L)); norm=layernorm with
+bias=false: N is LayerNorm with a gain and no bias; qk_norm_type=layernorm and qk_norm_span=width:
+QK-norm is that LayerNorm over all d features of q and of k (a gain of d), not per head;
+init_scheme=authors: OLMo's truncated `mitchell` init (`authors_init`); gelu=exact; alibi_slopes=geometric:
+2^(-8h/H) for every H.
+
 Three forwards compute the same function: the per-position oracle (cfg.prefill = naive:
 rt.tiled.naive_scan), the exact tiled prefill (cfg.prefill = tiled, the training path: rt.tiled.scan)
 and cached decoding (make_cache; forward(idx, cache=) on a prompt chunk, then on further tokens or
@@ -39,7 +47,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from rgpt_dist.models.block_options import layer_norm, mlp_kind
+from rgpt_dist.models.block_options import ffn_width, layer_norm, mlp_kind
 from rgpt_dist.models.kv_cache import KVCache
 from rgpt_dist.models.layers import (MLP, Embeddings, LayerFactory, LMHead, ModelOutput, SwiGLU, alibi_slopes,
                                     rope_base, rope_rotate)
@@ -47,6 +55,41 @@ from rgpt_dist.models.rt.tiled import naive_scan, scan as tiled_scan   # (names:
 from rgpt_dist.models.rt.config import RTConfig
 
 Scan = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+OPTIONS: dict[str, tuple[str, ...]] = {
+    "residual_scale": ("inv_sqrt_l", "none"), "qk_norm_span": ("head", "width"),
+    "qk_norm_type": ("rmsnorm", "layernorm"), "init_scheme": ("normal", "authors"),
+    "gelu": ("tanh", "exact"), "alibi_slopes": ("press", "geometric"),
+}
+"""rt.config.CHOICES (an export replaces that module by its config class, so it is repeated here): the
+option's values, the default first, which a config from before the option (an export) gets."""
+
+
+def option(cfg: Any, name: str) -> str:
+    """cfg.<name>, or its default for a config from before the option (an older export's config.json)."""
+    return getattr(cfg, name, OPTIONS[name][0])
+
+
+def head_slopes(cfg: Any) -> list[float]:
+    """ALiBi's H slopes (cfg.alibi_slopes): Press et al.'s (layers.alibi_slopes) or 2^(-8h/H), h = 1..H."""
+    if option(cfg, "alibi_slopes") == "press":
+        return alibi_slopes(cfg.n_head)
+    return [2.0 ** (-8.0 * h / cfg.n_head) for h in range(1, cfg.n_head + 1)]
+
+
+def qk_norm_module(cfg: Any, size: int) -> nn.Module:
+    """One QK-norm's parameters over `size` features: RMSNorm (a gain) or LayerNorm (a gain, a bias
+    with cfg.bias), eps = ln_eps. RTLayer applies it functionally (its gains are read by the layer)."""
+    if option(cfg, "qk_norm_type") == "rmsnorm":
+        return nn.RMSNorm(size, eps=cfg.ln_eps)
+    return nn.LayerNorm(size, eps=cfg.ln_eps, bias=cfg.bias)
+
+
+class ExactGELUMLP(MLP):
+    """The MLP with the exact GELU x Phi(x) (gelu=exact, the authors' OLMo); parameters, init and
+    tensor-parallel splits as MLP's."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.gelu(self.fc(x)))                           # (..., d)
 
 
 class RTLayer(nn.Module):
@@ -66,28 +109,45 @@ class RTLayer(nn.Module):
     def __init__(self, cfg: RTConfig, factory: LayerFactory):
         super().__init__()
         d, std = cfg.d_model, cfg.init_std
-        self.head_dim, self.branch = cfg.head_dim, 1.0 / math.sqrt(cfg.n_layer)
-        self.scale = 1.0 / math.sqrt(cfg.head_dim)
+        self.head_dim, self.scale = cfg.head_dim, 1.0 / math.sqrt(cfg.head_dim)
+        # the residual branches' factor 1/sqrt(L); None: unscaled (residual_scale=none)
+        self.branch = 1.0 / math.sqrt(cfg.n_layer) if option(cfg, "residual_scale") == "inv_sqrt_l" else None
         self.ln_1 = layer_norm(cfg)
         self.q = factory.linear(d, d, bias=cfg.bias, parallel="column", init_std=std)
         self.kv = factory.linear(d, 2 * d, bias=cfg.bias, parallel="column", init_std=std)
         self.proj = factory.linear(d, d, bias=cfg.bias, parallel="row", init_std=std)
         self.ln_2 = layer_norm(cfg)
-        self.mlp = (SwiGLU if mlp_kind(cfg) == "swiglu" else MLP)(cfg, factory, std)
+        exact = option(cfg, "gelu") == "exact"
+        self.mlp = (SwiGLU if mlp_kind(cfg) == "swiglu" else ExactGELUMLP if exact else MLP)(cfg, factory, std)
+        self.qk_width = option(cfg, "qk_norm_span") == "width"   # one norm over all d features, not per head
+        if cfg.qk_norm and self.qk_width and factory.tp_size > 1:
+            raise ValueError(f"qk_norm_span='width' needs all d_model features of q and k on one rank; under "
+                             f"tensor parallelism (tp_size={factory.tp_size}) a rank holds its heads' only")
         if cfg.qk_norm:
-            self.q_norm = nn.RMSNorm(cfg.head_dim, eps=cfg.ln_eps)
-            self.k_norm = nn.RMSNorm(cfg.head_dim, eps=cfg.ln_eps)
+            size = d if self.qk_width else cfg.head_dim
+            self.q_norm, self.k_norm = qk_norm_module(cfg, size), qk_norm_module(cfg, size)
             self.shared = factory.shared
         else:
             self.q_norm = self.k_norm = None
         self.rope_base = rope_base(cfg) if cfg.pos_encoding == "rope" else None
         local = cfg.n_head // factory.tp_size  # this rank's heads: a slice of the global slopes
-        self.alibi = tuple(alibi_slopes(cfg.n_head)[factory.tp_rank * local:(factory.tp_rank + 1) * local]) \
+        self.alibi = tuple(head_slopes(cfg)[factory.tp_rank * local:(factory.tp_rank + 1) * local]) \
             if cfg.pos_encoding == "alibi" else None
 
     # ---- maps (any leading shape (...)) ----------------------------------------------------------
     def _head_norm(self, x: torch.Tensor, norm: nn.Module | None) -> torch.Tensor:
-        return x if norm is None else F.rms_norm(x, (self.head_dim,), self.shared(norm.weight), norm.eps)
+        """x (..., H, hd) -> QK-normed (..., H, hd): over each head's hd features, or with qk_norm_span=
+        width over all H x hd = d at once; RMS or LayerNorm as the module (qk_norm_module)."""
+        if norm is None:
+            return x
+        y = x.flatten(-2) if self.qk_width else x                      # (..., d) or (..., H, hd)
+        gain = self.shared(norm.weight)
+        if isinstance(norm, nn.RMSNorm):
+            y = F.rms_norm(y, y.shape[-1:], gain, norm.eps)
+        else:
+            bias = None if norm.bias is None else self.shared(norm.bias)
+            y = F.layer_norm(y, y.shape[-1:], gain, bias, norm.eps)
+        return y.unflatten(-1, x.shape[-2:]) if self.qk_width else y
 
     def query(self, xn: torch.Tensor) -> torch.Tensor:
         """xn (..., d) normed -> q (..., H, hd)."""
@@ -101,8 +161,12 @@ class RTLayer(nn.Module):
 
     def output(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         """x (B, d) the layer input at one position, a (B, H, hd) its attention mix -> z (B, d):
-        x + (O a + MLP(RMS_2(x + O a / sqrt(L)))) / sqrt(L)."""
+        x + (O a + MLP(RMS_2(x + O a / sqrt(L)))) / sqrt(L); unscaled (residual_scale=none, the
+        authors'): h = x + O a, then h + MLP(N_2(h))."""
         o = self.proj(a.flatten(-2))                                   # (B, d)
+        if self.branch is None:
+            h = x + o                                                  # (B, d)
+            return h + self.mlp(self.ln_2(h))
         return x + (o + self.mlp(self.ln_2(x + o * self.branch))) * self.branch
 
     def slopes(self, like: torch.Tensor) -> torch.Tensor | None:
@@ -164,9 +228,38 @@ class RTLayer(nn.Module):
 def _export_problems(cfg) -> list[str]:
     """A Hugging Face export's config (RGPTConfig: the same fields, no problems(), possibly hand-edited):
     what only this module reads (the shared layers check the block options themselves)."""
-    if cfg.prefill not in ("tiled", "naive"):
-        return [f"model.prefill={cfg.prefill!r} is not one of tiled, naive"]
-    return []
+    out = [] if cfg.prefill in ("tiled", "naive") else [f"model.prefill={cfg.prefill!r} is not one of tiled, naive"]
+    out += [f"model.{name}={option(cfg, name)!r} is not one of {', '.join(allowed)}"
+            for name, allowed in OPTIONS.items() if option(cfg, name) not in allowed]
+    if option(cfg, "gelu") != "tanh" and mlp_kind(cfg) == "swiglu":
+        out.append(f"model.gelu={option(cfg, 'gelu')!r} applies to mlp='gelu' only")
+    return out
+
+
+def authors_init(model: "RT") -> None:
+    """init_scheme=authors: OLMo's `mitchell` init (the authors' configs), every draw a normal truncated
+    at 3 standard deviations: wte, the untied head, wpe, q, kv and the MLP's input maps 1/sqrt(d);
+    layer l's (0-based) attention output 1/sqrt(2 d (l + 1)), MLP output 1/sqrt(2 d_ff (l + 1)); biases
+    0 (gains stay 1). Under tensor parallelism each rank draws its own shard (the trainer splits the
+    tp = 1 model instead: rgpt_dist.train.run.shard_model)."""
+    cfg = model.cfg
+    d, f = cfg.d_model, ffn_width(cfg)
+
+    def draw(module: nn.Module | None, std: float) -> None:
+        if module is None:
+            return
+        nn.init.trunc_normal_(module.weight, 0.0, std, -3.0 * std, 3.0 * std)
+        if getattr(module, "bias", None) is not None:
+            nn.init.zeros_(module.bias)
+
+    with torch.no_grad():
+        for module in (model.embed.wte, model.embed.wpe, getattr(model.embed, "unembed", None)):
+            draw(module, d ** -0.5)
+        for l, layer in enumerate(model.layers):
+            for module in (layer.q, layer.kv, layer.mlp.fc, getattr(layer.mlp, "gate", None)):
+                draw(module, d ** -0.5)
+            draw(layer.proj, (2 * d * (l + 1)) ** -0.5)
+            draw(layer.mlp.proj, (2 * f * (l + 1)) ** -0.5)
 
 
 class RT(nn.Module):
@@ -189,6 +282,8 @@ class RT(nn.Module):
             self.embed.unembed = factory.embedding(cfg.padded_vocab_size, cfg.d_model, parallel="column",
                                                    init_std=cfg.init_std)
         self.head = LMHead(cfg, factory, self.embed.wte if cfg.tie_embeddings else self.embed.unembed)
+        if option(cfg, "init_scheme") == "authors":
+            authors_init(self)
 
     def scan(self) -> Scan:
         return tiled_scan if self.cfg.prefill == "tiled" else naive_scan

@@ -1,8 +1,9 @@
 """Tensor parallelism for the RT family (issue 27): tp = 2 x dp = 2 on 4 gloo processes
 (tests/models/rt/tp_rt_worker.py) against one process holding the whole model and batch, and the
-trained tp shards resharded to a tp = 1 model. Two configs: the authors' block (ALiBi, QK-norm,
-RMSNorm, GELU, untied head; tiled scan) and the other options a split touches (biases, RoPE, SwiGLU,
-LayerNorm, tied head; naive scan). Then the same through the trainer: rt-debug at tp = 2 x dp = 2
+trained tp shards resharded to a tp = 1 model. Three configs: SPEC's block (ALiBi, QK-norm,
+RMSNorm, GELU, untied head; tiled scan), the other options a split touches (biases, RoPE, SwiGLU,
+LayerNorm, tied head; naive scan) and the authors' options that shard (per-head LayerNorm QK-norm, no
+residual scaling, exact GELU, geometric slopes of 6 heads, their init). Then the same through the trainer: rt-debug at tp = 2 x dp = 2
 against one rank, and its checkpoint consolidated to tp = 1."""
 from __future__ import annotations
 

@@ -40,6 +40,11 @@ CONFIGS = {
     # LayerNorm, the head tied to the vocabulary-parallel wte; the naive scan
     "rope-tied-bias": RTConfig(**COMMON, bias=True, pos_encoding="rope", mlp="swiglu", d_ff=96, norm="layernorm",
                                qk_norm=False, tie_embeddings=True, prefill="naive"),
+    # the authors' options that shard (issue #42; their full-width QK-norm is refused at tp > 1): LayerNorm
+    # QK-norm per head, no residual scaling, exact GELU, the geometric slopes of 6 heads (3 per rank: they
+    # differ from Press et al.'s), their init
+    "authors-head": RTConfig(**{**COMMON, "d_model": 96, "n_head": 6}, norm="layernorm", qk_norm_type="layernorm",
+                             residual_scale="none", gelu="exact", alibi_slopes="geometric", init_scheme="authors"),
 }
 B, T, STEPS, LR = 4, 16, 3, 0.5
 
