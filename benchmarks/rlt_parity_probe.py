@@ -58,6 +58,15 @@ def accuracy(model: torch.nn.Module, length: int, n: int = 256) -> float:
     return (model(x).logits[scored].argmax(-1) == y[scored]).float().mean().item()
 
 
+def longest(a: argparse.Namespace, step: int) -> int:
+    """The longest training string at `step`: --maxlen, or the --grow curriculum's."""
+    if not a.grow:
+        return a.maxlen
+    start, end, first = map(int, a.grow.split(":"))
+    f = min(1.0, max(0.0, (step - start) / max(1, end - start)))
+    return round(first + f * (a.maxlen - first))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--flavour", default="rlt-debug")
@@ -71,6 +80,9 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--eval", default="10,20,40,64", help="comma-separated test lengths")
+    p.add_argument("--grow", default="", help="START:END:FROM: the longest training string grows linearly "
+                   "from FROM bits at step START to --maxlen at step END (a length curriculum)")
+    p.add_argument("--watch", type=int, default=0, help="every N steps, accuracy at 64 bits")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -85,14 +97,19 @@ def main() -> None:
         f = (step + 1) / (a.warmup + 1) if step < a.warmup else 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress))
         for g in groups:
             g["lr"] = g["base_lr"] * f
-        x, y = parity_batch(a.batch, a.minlen, a.maxlen, rng)
+        x, y = parity_batch(a.batch, a.minlen, longest(a, step), rng)
         loss = F.cross_entropy(model(x).logits.flatten(0, 1), y.flatten(), ignore_index=-100)
         opt.zero_grad()
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if step % 50 == 0 or step == a.steps - 1:
-            print(f"step {step} loss {loss.item():.4f} grad {norm:.2f} {time.time() - t0:.0f}s", flush=True)
+            print(f"step {step} loss {loss.item():.4f} grad {norm:.2f} max {longest(a, step)} "
+                  f"{time.time() - t0:.0f}s", flush=True)
+        if a.watch and (step + 1) % a.watch == 0:
+            model.eval()
+            print(f"  step {step + 1} acc64 {accuracy(model, 64):.3f} acc40 {accuracy(model, 40):.3f}", flush=True)
+            model.train()
     model.eval()
     print("accuracy", {n: round(accuracy(model, n), 3) for n in map(int, a.eval.split(","))}, flush=True)
 
