@@ -283,10 +283,12 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    """d -> d_ff -> d (d_ff = ffn_width: 4d by default) with GPT-2's tanh-approximated GELU."""
+    """d -> d_ff -> d (d_ff = ffn_width: 4d by default) with GPT-2's tanh-approximated GELU, or the exact
+    x Phi(x) with approximate="none" (the RT family's gelu=exact)."""
 
-    def __init__(self, cfg: Any, factory: LayerFactory, out_std: float):
+    def __init__(self, cfg: Any, factory: LayerFactory, out_std: float, approximate: str = "tanh"):
         super().__init__()
+        self.approximate = approximate
         d, f = cfg.d_model, ffn_width(cfg)
         self.fc = factory.linear(d, f, bias=cfg.bias, parallel="column", init_std=mup_hidden_std(cfg, cfg.init_std))
         self.proj = factory.linear(f, d, bias=cfg.bias, parallel="row", init_std=mup_hidden_std(cfg, out_std))
@@ -294,7 +296,8 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor, delta: Deltas | None = None) -> torch.Tensor:
         """delta: low-rank updates of 'fc' and 'mlp_proj', or None."""
-        return _project(self.proj, F.gelu(_project(self.fc, x, delta, "fc"), approximate="tanh"), delta, "mlp_proj")
+        hidden = F.gelu(_project(self.fc, x, delta, "fc"), approximate=self.approximate)
+        return _project(self.proj, hidden, delta, "mlp_proj")
 
 
 class SwiGLU(nn.Module):

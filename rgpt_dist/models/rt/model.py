@@ -84,14 +84,6 @@ def qk_norm_module(cfg: Any, size: int) -> nn.Module:
     return nn.LayerNorm(size, eps=cfg.ln_eps, bias=cfg.bias)
 
 
-class ExactGELUMLP(MLP):
-    """The MLP with the exact GELU x Phi(x) (gelu=exact, the authors' OLMo); parameters, init and
-    tensor-parallel splits as MLP's."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj(F.gelu(self.fc(x)))                           # (..., d)
-
-
 class RTLayer(nn.Module):
     """One RT layer (module docstring). q: d -> d (column), kv: d -> 2 d laid out per head as
     [head, (k|v), head_dim] (column: a shard holds whole heads), proj (O): d -> d (row), the MLP
@@ -117,8 +109,10 @@ class RTLayer(nn.Module):
         self.kv = factory.linear(d, 2 * d, bias=cfg.bias, parallel="column", init_std=std)
         self.proj = factory.linear(d, d, bias=cfg.bias, parallel="row", init_std=std)
         self.ln_2 = layer_norm(cfg)
-        exact = option(cfg, "gelu") == "exact"
-        self.mlp = (SwiGLU if mlp_kind(cfg) == "swiglu" else ExactGELUMLP if exact else MLP)(cfg, factory, std)
+        if mlp_kind(cfg) == "swiglu":
+            self.mlp = SwiGLU(cfg, factory, std)
+        else:  # gelu=exact: the authors' x Phi(x); tanh: GPT-2's approximation
+            self.mlp = MLP(cfg, factory, std, approximate="none" if option(cfg, "gelu") == "exact" else "tanh")
         self.qk_width = option(cfg, "qk_norm_span") == "width"   # one norm over all d features, not per head
         if cfg.qk_norm and self.qk_width and factory.tp_size > 1:
             raise ValueError(f"qk_norm_span='width' needs all d_model features of q and k on one rank; under "
