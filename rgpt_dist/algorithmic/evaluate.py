@@ -280,7 +280,7 @@ def evaluate_run(run_dir: str | Path, lengths=None, limit: int | None = None, ba
             for n in bar(grid, desc=f"{task.name} test lengths", unit="length")}
     label, record = model_label(run_dir, config)
     metric = primary_metric(task.name)
-    trained = capped(task, int((config.get("data") or {}).get("task_train_max") or 0)).train_lengths  # the run's grid
+    trained = trained_lengths(task, run_dir, config, step)
     return {"task": task.name, "model": label, "family": (config.get("model") or {}).get("family"),
             "seed": (config.get("train") or {}).get("seed"), "step": step, "checkpoint": selection.tag_dir.name,
             "checkpoint_choice": checkpoint, "selected_by": selection.source, "val_loss": selection.val_loss,
@@ -290,6 +290,15 @@ def evaluate_run(run_dir: str | Path, lengths=None, limit: int | None = None, ba
             "validation": {"accuracy": pooled.accuracy(metric), "pooled": pooled.to_dict(), "per_length": val},
             "test": test, "run_dir": str(run_dir.resolve()), "overrides": record.get("overrides", []),
             "train_lengths": [min(trained), max(trained)]}
+
+
+def trained_lengths(task, run_dir: Path, config: dict, step: int) -> tuple[int, ...]:
+    """The training lengths the run had reached at `step`: data.task_train_max's grid, widened by the
+    growths of a length curriculum that metrics.jsonl records before that step."""
+    cap = int((config.get("data") or {}).get("task_train_max") or 0)
+    grown = [r["task_train_max"] for _, r in read_metrics(Path(run_dir) / "metrics.jsonl")
+             if isinstance(r.get("task_train_max"), int) and r.get("step", step) < step] if cap else []
+    return capped(task, max([cap, *grown])).train_lengths
 
 
 def load_model(tag_dir: Path, device: str, trust: bool, config: dict | None = None):

@@ -9,6 +9,12 @@ so the dp ranks' micro-batches of one step together are one process's global bat
 and the tensor-parallel ranks of one replica (same dp rank) read the same examples. The position is
 (step, micro): `state_dict()` is all the trainer stores to resume exactly.
 
+A length curriculum (data.task_grow_*; `Growth`): the stream starts capped at data.task_train_max and
+widens after enough steps in a row with a low training loss, which the trainer reports after each
+step (`observe`, the same mean on every rank, so every rank widens at the same step). The cap and the
+count of low steps are part of the state; the batches from the widening on are those of a stream
+capped there from the start (example i depends on i and the cap only).
+
 Tensors: x [B, seq_len] int64 token ids (PAD_ID after each example), y [B, seq_len] int64 targets,
 the generators' IGNORE_INDEX (-100) mapped to the models' ignore value -1 (unscored positions:
 prompt, padding).
@@ -20,6 +26,7 @@ rank means, which is then the mean over the whole set.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Iterator
 
 import numpy as np
@@ -31,6 +38,15 @@ from rgpt_dist.algorithmic.capped import capped
 MODEL_IGNORE = -1  # the targets the layer factories' cross-entropy ignores
 
 
+@dataclasses.dataclass(frozen=True)
+class Growth:
+    """A length curriculum (data.task_grow_*): `steps` steps in a row with a training loss below
+    `loss` widen the training cap by `by` lengths."""
+    by: int
+    loss: float
+    steps: int
+
+
 def _tensors(tokens: np.ndarray, targets: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
     y = np.where(targets == IGNORE_INDEX, MODEL_IGNORE, targets)
     return torch.from_numpy(np.ascontiguousarray(tokens)), torch.from_numpy(np.ascontiguousarray(y))
@@ -40,20 +56,49 @@ class TaskLoader:
     """An endless stream of one data-parallel rank's training micro-batches of an algorithmic task."""
 
     def __init__(self, task: str, seq_len: int, micro_batch_size: int, global_batch_size: int,
-                 dp: int, dp_rank: int, train_max: int = 0):
-        self.task = capped(get_task(task), train_max)  # train_max: data.task_train_max (0: the whole grid)
+                 dp: int, dp_rank: int, train_max: int = 0, grow: Growth | None = None):
+        self.base, self.seq_len_max = get_task(task), seq_len
+        self.grow = grow if grow is not None and grow.by else None
+        if self.grow is not None and not train_max:
+            raise ValueError("a length curriculum (data.task_grow_by) starts from data.task_train_max: set it")
         if global_batch_size % (micro_batch_size * dp):
             raise ValueError(f"train.global_batch_size={global_batch_size} is not a multiple of "
                              f"train.micro_batch_size={micro_batch_size} x {dp} data-parallel ranks")
         if not 0 <= dp_rank < dp:
             raise ValueError(f"data-parallel rank {dp_rank} is outside 0..{dp - 1}")
-        # a capped stream pads to its own longest example (causal models: the scored positions' outputs
-        # do not depend on padding after them, so only the compute changes)
-        self.seq_len = min(seq_len, self.task.max_tokens()) if train_max else seq_len
         self.micro_batch_size, self.global_batch_size = micro_batch_size, global_batch_size
         self.dp, self.dp_rank = dp, dp_rank
         self.accum = global_batch_size // (micro_batch_size * dp)
         self.step, self.micro = 0, 0  # the next micro-batch to read
+        self.train_max_start, self.below = train_max, 0  # below: steps in a row under grow.loss
+        self._cap(train_max)
+
+    def _cap(self, train_max: int) -> None:
+        """Train on lengths up to `train_max` (0: the whole grid) from the next micro-batch on."""
+        self.train_max = train_max
+        self.task = capped(self.base, train_max)  # train_max: data.task_train_max (0: the whole grid)
+        # a capped stream pads to its own longest example (causal models: the scored positions' outputs
+        # do not depend on padding after them, so only the compute changes)
+        self.seq_len = min(self.seq_len_max, self.task.max_tokens()) if train_max else self.seq_len_max
+
+    @property
+    def grows(self) -> bool:
+        """Whether the trainer must report each step's loss (observe): a length curriculum is on."""
+        return self.grow is not None
+
+    def observe(self, loss: float) -> dict[str, int]:
+        """After each optimizer step, its training loss (the mean over every rank: all ranks decide
+        alike): grow.steps steps in a row below grow.loss widen the training lengths by grow.by, up to
+        the task's whole grid. Returns {"task_train_max": the new cap} on a step that grows it."""
+        if self.grow is None or self.train_max == 0:
+            return {}
+        self.below = self.below + 1 if loss < self.grow.loss else 0
+        if self.below < self.grow.steps:
+            return {}
+        self.below = 0
+        top = max(self.base.train_lengths)
+        self._cap(0 if self.train_max + self.grow.by >= top else self.train_max + self.grow.by)
+        return {"task_train_max": self.train_max or top}
 
     def indices(self, step: int, micro: int) -> range:
         """Global example indices of this rank's micro-batch `micro` of optimizer step `step`."""
@@ -73,18 +118,29 @@ class TaskLoader:
             yield out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"task": self.task.name, "train_lengths": list(self.task.train_lengths), "step": self.step,
-                "micro": self.micro,
-                "global_batch_size": self.global_batch_size}
+        state = {"task": self.task.name, "train_lengths": list(self.task.train_lengths), "step": self.step,
+                 "micro": self.micro, "global_batch_size": self.global_batch_size}
+        if self.grow is not None:  # the cap reached is train_lengths' end
+            state["curriculum"] = {**dataclasses.asdict(self.grow), "start": self.train_max_start, "below": self.below}
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue at a saved position; refuses a state of another task, another global batch (the
-        example indices would shift) or another kind of loader."""
+        example indices would shift), another length curriculum or another kind of loader."""
         if not isinstance(state, dict) or state.get("task") != self.task.name:
             got = state.get("task") if isinstance(state, dict) else None
             raise ValueError(f"the checkpoint's data position is not one of data.task={self.task.name!r} "
                              f"(it records task {got!r}): resume with the data it was trained on")
+        mine = None if self.grow is None else {**dataclasses.asdict(self.grow), "start": self.train_max_start}
+        saved_curriculum = state.get("curriculum")
+        theirs = None if saved_curriculum is None else {k: v for k, v in saved_curriculum.items() if k != "below"}
+        if theirs != mine:
+            raise ValueError(f"the checkpoint trained with the length curriculum {theirs}, this run with {mine} "
+                             f"(data.task_train_max, data.task_grow_*): the example stream would not continue")
         saved = state.get("train_lengths", list(get_task(self.task.name).train_lengths))  # older: the whole grid
+        if mine is not None:  # the curriculum had reached this cap
+            self._cap(0 if max(saved) >= max(self.base.train_lengths) else max(saved))
+            self.below = int(saved_curriculum["below"])
         if saved != list(self.task.train_lengths):
             raise ValueError(f"the checkpoint trained on lengths {saved} of task {self.task.name!r}, "
                              f"this run on {list(self.task.train_lengths)} (data.task_train_max): the example "

@@ -41,9 +41,11 @@ class AlgorithmicSuite(TaskSuite):
 
     def loaders(self, cfg: Any, dp: int, dp_rank: int) -> tuple[Any, list]:
         # the suite's loader pulls torch: config validation stays torch-free
-        from rgpt_dist.algorithmic.loader import TaskLoader, validation_batches
+        from rgpt_dist.algorithmic.loader import Growth, TaskLoader, validation_batches
         d, t = cfg.data, cfg.train
-        train = TaskLoader(d.task, t.seq_len, t.micro_batch_size, t.global_batch_size, dp, dp_rank, d.task_train_max)
+        grow = Growth(d.task_grow_by, d.task_grow_loss, d.task_grow_steps) if d.task_grow_by else None
+        train = TaskLoader(d.task, t.seq_len, t.micro_batch_size, t.global_batch_size, dp, dp_rank,
+                           d.task_train_max, grow)
         evaluate = bool(cfg.eval.every_steps)
         return train, validation_batches(d.task, t.seq_len, t.micro_batch_size, dp, dp_rank) if evaluate else []
 

@@ -64,6 +64,15 @@ class DataConfig(Section):
     """Train on the task's training lengths up to this one only (0 = its whole training grid, the
     paper's); a CPU-scale reduction (`make rlt` trains parity on 3-16 bits). Validation and test keep
     the task's grids. At least the grid's shortest training length; needs data.task."""
+    task_grow_by: int = 0
+    """A length curriculum (0 = none; needs data.task_train_max): each time the training loss (the
+    mean over ranks) has stayed below data.task_grow_loss for data.task_grow_steps optimizer steps in
+    a row, the cap grows by this many lengths, until the task's whole training grid (the paper's) is
+    reached. The cap each growth reaches is logged (metrics.jsonl: task_train_max)."""
+    task_grow_loss: float = 0.01
+    """The training loss below which a step counts towards growing the cap (> 0)."""
+    task_grow_steps: int = 10
+    """Steps in a row below data.task_grow_loss that grow the cap (>= 1)."""
 
     def problems(self, path: str) -> list[str]:
         out = []
@@ -78,6 +87,12 @@ class DataConfig(Section):
                        f"training lengths)")
         elif not self.paths:
             out.append(f"{path}.paths is empty: give at least one rgpt-prep output (or {path}.task)")
+        if self.task_grow_by and not self.task_train_max:
+            out.append(f"{path}.task_grow_by={self.task_grow_by!r} grows {path}.task_train_max, which is 0 (the whole "
+                       f"grid): set the cap to start from, e.g. {path}.task_train_max=16")
+        out += out_of_bounds(path, ">=", 0, task_grow_by=self.task_grow_by)
+        out += out_of_bounds(path, ">", 0, task_grow_loss=self.task_grow_loss)
+        out += out_of_bounds(path, ">=", 1, task_grow_steps=self.task_grow_steps)
         out += out_of_bounds(path, ">=", 1, num_canonical_nodes=self.num_canonical_nodes)
         out += out_of_bounds(path, ">=", 1, download_retry=self.download_retry)
         out += out_of_bounds(path, ">=", 0, predownload=self.predownload)

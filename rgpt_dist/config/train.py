@@ -45,6 +45,9 @@ class TrainConfig(Section):
     """AdamW beta1."""
     beta2: float = 0.95
     """AdamW beta2."""
+    adam_eps: float = 1e-8
+    """AdamW epsilon (torch's default); finite, > 0. A larger one damps the updates of parameters whose
+    gradients are near zero (a fitted task: docs/families.md, the RLT curriculum)."""
     grad_clip: float = 1.0
     """Global gradient-norm clip; 0 disables clipping; finite, >= 0."""
     max_nonfinite_steps: int = 5
@@ -59,7 +62,7 @@ class TrainConfig(Section):
     def problems(self, path: str) -> list[str]:
         out = out_of_bounds(path, ">", 0, seq_len=self.seq_len, micro_batch_size=self.micro_batch_size,
                             global_batch_size=self.global_batch_size, max_steps=self.max_steps, lr=self.lr,
-                            max_nonfinite_steps=self.max_nonfinite_steps)
+                            max_nonfinite_steps=self.max_nonfinite_steps, adam_eps=self.adam_eps)
         out += out_of_bounds(path, ">=", 0, seed=self.seed, min_lr=self.min_lr, warmup_steps=self.warmup_steps,
                              weight_decay=self.weight_decay, grad_clip=self.grad_clip)
         out += out_of_bounds(path, "<=", MAX_SEED, seed=self.seed)

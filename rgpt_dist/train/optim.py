@@ -87,13 +87,26 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> SkipNonFiniteAda
     for group in groups:
         if "lr_scale" in group:  # muP's hidden matrices: lr / m
             group["lr"] = cfg.lr * group["lr_scale"]
-    return SkipNonFiniteAdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=1e-8)
+    return SkipNonFiniteAdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps)
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.lr_scheduler.LambdaLR:
     """Stepped once per optimizer step (by the DeepSpeed engine); every group's lr is its initial lr
     (cfg.lr, or lr / m for muP's hidden matrices) x lr_at(step) / cfg.lr."""
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_at(step, cfg) / cfg.lr)
+
+
+def apply_config(optimizer: torch.optim.Optimizer, scheduler, cfg: TrainConfig) -> None:
+    """After a resume, the config's lr, betas, epsilon and weight decay replace those the checkpoint
+    carried: torch's load_state_dict restores every group's hyperparameters and LambdaLR's base_lrs,
+    which would silently keep the old peak lr (the lambda alone follows the new schedule). The no-decay
+    group (param_groups' second) keeps 0; the next step's lr is the new schedule's at the step reached."""
+    bases = [cfg.lr * group.get("lr_scale", 1.0) for group in optimizer.param_groups]
+    for i, (group, base) in enumerate(zip(optimizer.param_groups, bases)):
+        group.update(betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps, initial_lr=base,
+                     weight_decay=0.0 if i == 1 else cfg.weight_decay,
+                     lr=base * lr_at(scheduler.last_epoch, cfg) / cfg.lr)
+    scheduler.base_lrs = bases
 
 
 @torch.no_grad()

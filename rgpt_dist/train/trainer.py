@@ -32,7 +32,7 @@ from rgpt_dist.parallel.universal import KEY as UNIVERSAL, layout_change, univer
 from rgpt_dist.parallel.zero import trainer_clips
 from rgpt_dist.train.checkpoint import CheckpointManager
 from rgpt_dist.train.metrics import MetricsSink, peak_flops
-from rgpt_dist.train.optim import clip_gradients, global_grad_norm
+from rgpt_dist.train.optim import apply_config, clip_gradients, global_grad_norm
 from rgpt_dist.train.preemption import StopRequested
 from rgpt_dist.train.sample_log import SampleLog
 
@@ -79,9 +79,6 @@ class Trainer:
         self.model = engine.module
         self.sampler = spec_for(cfg.model).depth_sampler(cfg.model)
         self.train_loader, self.val_batches = train_loader, val_batches
-        # the width of the training batches: train.seq_len, or less where the loader pads to its own
-        # longest example (a capped task stream, data.task_train_max); tokens and FLOPs count it
-        self.seq_len = getattr(train_loader, "seq_len", cfg.train.seq_len)
         self.ckpt, self.sink = ckpt, sink
         self.accum = cfg.train.grad_accum_steps(dims.dp)
         self.step, self.tokens = 0, 0
@@ -96,6 +93,13 @@ class Trainer:
         self._universal: dict | None = None  # client_state's tp slicing, made once
 
     # ---- data -------------------------------------------------------------------------------
+    @property
+    def seq_len(self) -> int:
+        """The width of the next training batches: train.seq_len, or less where the loader pads to
+        its own longest example (a capped task stream, data.task_train_max, which a length curriculum
+        widens as it grows); tokens and FLOPs count it."""
+        return getattr(self.train_loader, "seq_len", self.cfg.train.seq_len)
+
     def _batches(self) -> Iterator:
         """Training micro-batches forever: one streaming epoch after another."""
         while True:
@@ -124,6 +128,7 @@ class Trainer:
         if saved is None:  # a checkpoint written before run_config.json: its client state holds the config
             self._check_same_run(state.get("config"), tag)
         self.step, self.tokens = state["step"], state["tokens"]
+        apply_config(self.optimizer, self.engine.lr_scheduler, self.cfg.train)  # a changed lr, betas, eps or decay
         self.train_loader.load_state_dict(state["loader"])
         self.best = state.get("best")  # the selection continues where it was (checkpoint.keep_best)
         self.ckpt.record_best(self.best)
@@ -155,7 +160,8 @@ class Trainer:
             return
         now = self.cfg.to_dict()
         keys = [("model", k) for k in now["model"]] + [("train", "seed"), ("parallel", "dtype"),
-                                                        ("data", "task"), ("data", "task_train_max")]
+                                                        ("data", "task"), ("data", "task_train_max"), ("data", "task_grow_by"),
+                                                        ("data", "task_grow_loss"), ("data", "task_grow_steps")]
         # a field the checkpoint does not record is newer than it: it ran with the field's default
         then = {(a, b): saved.get(a, {}).get(b, _field_default(getattr(self.cfg, a), b)) for a, b in keys}
         diffs = [f"{a}.{b}: checkpoint {then[a, b]!r}, config {now[a][b]!r}"
@@ -268,21 +274,25 @@ class Trainer:
         """Train to train.max_steps; False when stopped early on a signal (after saving that step)."""
         cfg = self.cfg
         self._data = self._batches()
-        tokens_per_step = cfg.train.global_batch_size * self.seq_len
-        window_t, window = time.perf_counter(), [0, 0.0, 0.0]  # steps, model FLOPs, hardware FLOPs
+        window_t, window = time.perf_counter(), [0, 0.0, 0.0, 0]  # steps, model and hardware FLOPs, tokens
         self.sink.start_progress(self.step, cfg.train.max_steps)
+        grows = getattr(self.train_loader, "grows", False)  # a length curriculum follows the loss
         while self.step < cfg.train.max_steps:
             record = self.train_step()
             self.step += 1  # optimizer steps completed; records carry this number
             self.sink.advance()
-            self.tokens += tokens_per_step
+            tokens = cfg.train.global_batch_size * self.seq_len  # before the curriculum may widen it
+            self.tokens += tokens
             record["step"] = self.step
-            window = [a + b for a, b in zip(window, (1, *self._step_flops(record["r"])))]
-            if record["skipped"] or self.step % cfg.log.every_steps == 0 or self.step == cfg.train.max_steps:
-                self._depth_agrees(record["r"])
+            window = [a + b for a, b in zip(window, (1, *self._step_flops(record["r"]), tokens))]
+            logged = record["skipped"] or self.step % cfg.log.every_steps == 0 or self.step == cfg.train.max_steps
+            if logged or grows:
                 record["loss"] = _mean_across_ranks([record["loss"]])[0]
-                self._log_train(record, window, time.perf_counter() - window_t)
-                window_t, window = time.perf_counter(), [0, 0.0, 0.0]
+            grown = self.train_loader.observe(record["loss"]) if grows else {}
+            if logged or grown:
+                self._depth_agrees(record["r"])
+                self._log_train({**record, **grown}, window, time.perf_counter() - window_t)
+                window_t, window = time.perf_counter(), [0, 0.0, 0.0, 0]
             self._check_finite(record)
             paused = time.perf_counter()  # evaluation and checkpoints do not count against tokens/s
             best = None
@@ -335,9 +345,9 @@ class Trainer:
         return model, model + recompute * tokens
 
     def _log_train(self, record: dict[str, Any], window: list, elapsed: float) -> None:
-        steps, model_flops, hw_flops = window
+        steps, model_flops, hw_flops, tokens = window
         capacity = self.peak * self.dims.world * elapsed
-        tokens_per_s = steps * self.cfg.train.global_batch_size * self.seq_len / elapsed
+        tokens_per_s = tokens / elapsed
         record.update(tokens=self.tokens, tokens_per_s=tokens_per_s, mfu=model_flops / capacity,
                       hfu=hw_flops / capacity)
         gate = "".join(f" | {k.removesuffix('_mean')} {sum(v) / len(v):.3f}" for k, v in record.items()

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rgpt_dist.algorithmic import get_task, make_batch
-from rgpt_dist.algorithmic.loader import TaskLoader, validation_batches, validation_problem
+from rgpt_dist.algorithmic.loader import Growth, TaskLoader, validation_batches, validation_problem
 
 SEQ, MB, G = 44, 2, 8
 
@@ -131,3 +131,43 @@ def test_an_uneven_validation_split_is_refused_naming_the_numbers():
     assert "256 validation examples" in problem and "3 data-parallel ranks" in problem
     with pytest.raises(ValueError, match="256 validation examples"):
         validation_batches("addition", SEQ, MB, 3, 0)
+
+
+def test_a_length_curriculum_grows_the_cap_after_steps_in_a_row_below_the_loss():
+    """data.task_grow_*: 3 steps in a row below 0.01 widen 3-8 to 3-16, a step above restarts the count,
+    the last growth reaches the whole grid (logged as its longest length) and nothing grows after it;
+    the batches follow the cap at once (width, lengths), as a loader built at that cap reads them."""
+    loader = TaskLoader("parity", 41, 8, 8, 1, 0, train_max=8, grow=Growth(by=8, loss=0.01, steps=3))
+    assert loader.grows and not TaskLoader("parity", 41, 8, 8, 1, 0, train_max=8).grows
+    seen = [loader.observe(loss) for loss in (0.005, 0.001, 0.5, 0.0, 0.0)]
+    assert seen == [{}] * 5 and loader.seq_len == 9
+    assert loader.observe(0.0) == {"task_train_max": 16}
+    assert loader.seq_len == 17 and max(loader.task.train_lengths) == 16
+    assert torch.equal(loader.batch(5, 0)[0], TaskLoader("parity", 41, 8, 8, 1, 0, train_max=16).batch(5, 0)[0])
+    grown = [loader.observe(0.0) for _ in range(9)]
+    assert grown[2] == {"task_train_max": 24} and grown[5] == {"task_train_max": 32}
+    assert grown[8] == {"task_train_max": 40} and loader.train_max == 0 and loader.seq_len == 41
+    assert [loader.observe(0.0) for _ in range(6)] == [{}] * 6
+    assert get_task("parity").train_lengths == tuple(range(3, 41))
+
+
+def test_a_curriculum_resumes_at_its_cap_and_count_and_refuses_another():
+    """A state saved mid-curriculum (cap 16, one step below the loss) continues the same stream: the
+    next batch, and the growth one step later; another curriculum, or none, is refused."""
+    grow = Growth(by=8, loss=0.01, steps=2)
+    first = TaskLoader("parity", 41, 4, 4, 1, 0, train_max=8, grow=grow)
+    for loss in (0.0, 0.0, 0.0):
+        first.observe(loss)
+    take(first, 3)
+    state = first.state_dict()
+    resumed = TaskLoader("parity", 41, 4, 4, 1, 0, train_max=8, grow=grow)
+    resumed.load_state_dict(state)
+    assert resumed.seq_len == 17 and resumed.below == 1
+    assert torch.equal(take(resumed, 1)[0][0], take(first, 1)[0][0])
+    assert resumed.observe(0.0) == first.observe(0.0) == {"task_train_max": 24}
+    for other in (TaskLoader("parity", 41, 4, 4, 1, 0, train_max=8, grow=Growth(8, 0.02, 2)),
+                  TaskLoader("parity", 41, 4, 4, 1, 0, train_max=8)):
+        with pytest.raises(ValueError, match=r"length curriculum .*data.task_grow_\*"):
+            other.load_state_dict(state)
+    with pytest.raises(ValueError, match="starts from data.task_train_max"):
+        TaskLoader("parity", 41, 4, 4, 1, 0, grow=grow)

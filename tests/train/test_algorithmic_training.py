@@ -11,6 +11,8 @@ import shutil
 import pytest
 import torch
 
+from rgpt_dist.algorithmic import get_task
+from rgpt_dist.algorithmic.evaluate import trained_lengths
 from rgpt_dist.config import ConfigError, load_config
 from rgpt_dist.checkpoints.consolidate import consolidate
 from rgpt_dist.train.checkpoint import CheckpointManager, verify
@@ -22,14 +24,17 @@ from tests.train.test_checkpoint import fake_checkpoint
 CONFIG = "configs/experiments/gpt2-small-20k.yaml"
 STEPS = 6
 # A 1-layer GPT-2 on parity (41 tokens at most); lr 1.0 makes the validation loss rise after step 1
-# (measured: 2.33, 17.2, 20.6, 7.0, 5.0, 5.1), so the best checkpoint is older than the newest and
+# (measured: 0.97, 17.9, 25.4, 49.5, 5.2, 5.4), so the best checkpoint is older than the newest and
 # must survive keep_last=1. ZeRO-1, fp32, CPU: a resumed run is bitwise the uninterrupted one.
 ARGS = ["model=gpt2-debug", "model.vocab_size=8", "model.n_layer=1", "model.d_model=32", "model.block_size=48",
         "data.task=parity", "data.paths=[]", "train.seq_len=41", "train.micro_batch_size=4",
         "train.global_batch_size=8", f"train.max_steps={STEPS}", "train.warmup_steps=1", "train.lr=1.0",
         "train.loss_norm=example", "eval.every_steps=1", "checkpoint.every_steps=100", "checkpoint.keep_last=1",
         "checkpoint.keep_best=true", "parallel.zero_stage=1", "parallel.dtype=fp32", "log.every_steps=1",
-        "log.wandb=disabled"]
+        "log.wandb=disabled",
+        # a length curriculum that grows on every third step (any loss is below 100): 3-16, 3-32 from step 4,
+        # the whole grid (3-40) after step 6; the resumed run must continue it (cap and count) too
+        "data.task_train_max=16", "data.task_grow_by=16", "data.task_grow_loss=100", "data.task_grow_steps=3"]
 
 
 def launch(run):
@@ -91,6 +96,17 @@ def test_a_resumed_run_reads_the_same_examples_and_ends_with_the_same_weights(ru
     assert json.loads((resumed / "checkpoints" / "best.json").read_text()) == best
 
 
+def test_the_curriculum_grows_where_it_must_and_tokens_count_each_step_s_width(runs):
+    """Growth after steps 3 and 6 (logged with the cap reached), batches of 17 then 33 tokens."""
+    ref = runs[0]
+    train = [r for r in records(ref) if "loss" in r]
+    assert [(r["step"], r["task_train_max"]) for r in train if "task_train_max" in r] == [(3, 32), (6, 40)]
+    assert [r["tokens"] for r in train] == [8 * n for n in (17, 34, 51, 84, 117, 150)]
+    config = {"data": {"task": "parity", "task_train_max": 16}}
+    spans = [trained_lengths(get_task("parity"), ref, config, step) for step in (3, 4, 6, 7)]
+    assert [(s[0], s[-1]) for s in spans] == [(3, 16), (3, 32), (3, 32), (3, 40)]  # what rgpt-algo eval reports
+
+
 def test_the_selection_rule_keeps_the_earliest_of_equal_losses():
     """Planted losses with exact ties and a NaN: strictly lower wins, a tie keeps the earlier step."""
     best = None
@@ -135,6 +151,10 @@ def _problems(*overrides):
      "checkpoint.keep_best=true needs evaluations to select from: set eval.every_steps > 0 (got 0)"),
     (["train.loss_norm=mean"], "train.loss_norm='mean' is not one of ['token', 'example']"),
     (["data.task="], "data.paths is empty: give at least one rgpt-prep output (or data.task)"),
+    (["data.task_grow_by=8"], "data.task_grow_by=8 grows data.task_train_max, which is 0 (the whole grid): set "
+                              "the cap to start from, e.g. data.task_train_max=16"),
+    (["data.task_grow_loss=0.0"], "data.task_grow_loss=0.0 must be > 0"),
+    (["data.task_grow_steps=0"], "data.task_grow_steps=0 must be >= 1"),
 ])
 def test_config_errors_name_the_values(overrides, message):
     assert message in _problems(*overrides)

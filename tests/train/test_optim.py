@@ -5,7 +5,8 @@ import torch
 
 from rgpt_dist.config import RecurrentGPTConfig, TrainConfig
 from rgpt_dist.models.recurrent_gpt.model import RecurrentGPT
-from rgpt_dist.train.optim import clip_gradients, global_grad_norm, lr_at, make_optimizer, make_scheduler, param_groups
+from rgpt_dist.train.optim import (apply_config, clip_gradients, global_grad_norm, lr_at, make_optimizer,
+                                  make_scheduler, param_groups)
 
 
 def test_weight_decay_only_on_matrices():
@@ -41,6 +42,44 @@ def test_scheduler_drives_the_optimizer():
         sched.step()
     assert seen == pytest.approx([lr_at(s, cfg) for s in range(10)])
     assert opt.param_groups[0]["betas"] == (0.9, 0.95) and math.isclose(opt.param_groups[0]["weight_decay"], 0.1)
+
+
+def test_a_resumed_optimizer_takes_the_new_config_s_hyperparameters():
+    """torch's load_state_dict restores the saved lr, betas, eps, decay and LambdaLR's base_lrs: a run
+    resumed with another peak lr would keep the old one (the lambda alone follows the new schedule).
+    apply_config puts the new config's values back, the no-decay group at 0, muP's scaled group at
+    lr / m; the next step's lr is the new schedule's."""
+    old = TrainConfig(lr=1e-3, min_lr=1e-4, warmup_steps=2, max_steps=20, beta1=0.9, beta2=0.95, weight_decay=0.1)
+    new = TrainConfig(lr=2e-4, min_lr=1e-5, warmup_steps=2, max_steps=40, beta1=0.8, beta2=0.99, weight_decay=0.0,
+                      adam_eps=1e-5)
+    model = RecurrentGPT(RecurrentGPTConfig(vocab_size=64, block_size=16, d_model=32, n_head=2, mup_base_width=16))
+
+    def step(opt, sched):
+        model(torch.randint(0, 64, (2, 8)), torch.randint(0, 64, (2, 8)), r=1).loss.backward()
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+
+    opt, sched = make_optimizer(model, old), None
+    sched = make_scheduler(opt, old)
+    for _ in range(5):
+        step(opt, sched)
+    saved = opt.state_dict(), sched.state_dict()
+    opt2 = make_optimizer(model, new)
+    sched2 = make_scheduler(opt2, new)
+    opt2.load_state_dict(saved[0])
+    sched2.load_state_dict(saved[1])
+    assert opt2.param_groups[0]["lr"] == pytest.approx(lr_at(5, old))          # what torch alone leaves
+    apply_config(opt2, sched2, new)
+    scales = [g.get("lr_scale", 1.0) for g in opt2.param_groups]
+    assert scales == [1.0, 1.0, 0.5]
+    for i, (g, m) in enumerate(zip(opt2.param_groups, scales)):
+        assert g["lr"] == pytest.approx(lr_at(5, new) * m) and g["betas"] == (0.8, 0.99) and g["eps"] == 1e-5
+        assert g["weight_decay"] == 0.0
+    step(opt2, sched2)
+    assert [g["lr"] for g in opt2.param_groups] == pytest.approx([lr_at(6, new) * m for m in scales])
+    apply_config(opt2, sched2, old)
+    assert [g["weight_decay"] for g in opt2.param_groups] == [0.1, 0.0, 0.1]
 
 
 def test_a_nan_gradient_on_one_rank_skips_the_update_on_every_rank(tmp_path):

@@ -13,6 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from rgpt_dist.config import load_config
+from rgpt_dist.train.optim import lr_at
 from tests.helpers.dist import ROOT
 from tests.helpers.runs import COMMON, launch, losses, reached, records, resumed_line, train
 
@@ -117,7 +119,11 @@ def test_a_checkpoint_resumes_only_the_run_that_wrote_it(dataset, uninterrupted,
     assert "parallel.dtype: checkpoint 'fp32', config 'bf16'" in str(e.value)
     assert (run / "metrics.jsonl").read_text() == before and (run / "config.yaml").read_text() == config
     assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == ["step_00000030"]
-    output = launch(2, run, dataset, *longer)
+    output = launch(2, run, dataset, *longer, "train.lr=2e-4", "train.min_lr=2e-5")  # and a lower peak lr
     assert resumed_line(run, 30) in output
     got = losses(records(run))
     assert [s for s, _ in got] == list(range(1, 33)) and got[:30] == uninterrupted[1]
+    # the new schedule's lr from the first resumed step on, not the checkpoint's peak (optim.apply_config)
+    new = load_config(run / "config.yaml").train
+    assert (new.lr, new.max_steps) == (2e-4, 32)
+    assert [r["lr"] for r in records(run) if r.get("step", 0) > 30 and "lr" in r] == [lr_at(31, new), lr_at(32, new)]
