@@ -3,7 +3,7 @@
     rgpt study compare run --data data/python-stdlib --out runs/compare          # about 13 min on 2 cores
     rgpt study compare run --data DATA --out OUT --preset quick --nproc 1 --jobs 2   # a smoke run
     rgpt study compare-long run --data data/python-stdlib --out runs/compare-long    # hours; resumes
-    rgpt study rlt run --out runs/rlt                                            # about 45 min
+    rgpt study rlt run --out runs/rlt                                            # about 60 min
     rgpt study thinking report --out runs/thinking                               # the report alone
     rgpt study phi grid                                                          # configs + slurm/phi_grid.sh
     rgpt study list                                                              # every study, one line each

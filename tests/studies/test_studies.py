@@ -50,9 +50,9 @@ def _words(command: list[str]) -> str:
 
 def test_rlt_trains_and_scores_what_the_makefile_did(tmp_path):
     """Parity, one process per run, the CPU recipe's overrides (900 steps: 450 left seed 43 short of its
-    transition), three seeds, then the last checkpoint's evaluation on the first 256 test sequences
-    per length."""
-    cpu = ("data.task_train_max=16 train.max_steps=900 train.global_batch_size=256 train.micro_batch_size=256 "
+    transition; the length curriculum from 3-16 bits to the paper's 3-40), three seeds, then the last
+    checkpoint's evaluation on the first 256 test sequences per length."""
+    cpu = ("data.task_train_max=16 data.task_grow_by=8 data.task_grow_steps=100 train.max_steps=900 train.global_batch_size=256 train.micro_batch_size=256 "
            "train.warmup_steps=40 train.lr=1e-3 train.min_lr=5e-5 eval.every_steps=900 checkpoint.every_steps=900 "
            "checkpoint.keep_best=false log.wandb=disabled model.mup_base_width=128").split()
     want = {"parity-rlt1-2+2": ("rlt-debug", []), "parity-rlt0-2+2": ("rlt-debug", ["model.feedback_interval=0"]),
