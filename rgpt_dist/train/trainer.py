@@ -159,9 +159,8 @@ class Trainer:
         if saved is None:
             return
         now = self.cfg.to_dict()
-        keys = [("model", k) for k in now["model"]] + [("train", "seed"), ("parallel", "dtype"),
-                                                        ("data", "task"), ("data", "task_train_max"), ("data", "task_grow_by"),
-                                                        ("data", "task_grow_loss"), ("data", "task_grow_steps")]
+        keys = [("model", k) for k in now["model"]] + [("train", "seed"), ("parallel", "dtype")] + [
+            ("data", k) for k in ("task", "task_train_max", "task_grow_by", "task_grow_loss", "task_grow_steps")]
         # a field the checkpoint does not record is newer than it: it ran with the field's default
         then = {(a, b): saved.get(a, {}).get(b, _field_default(getattr(self.cfg, a), b)) for a, b in keys}
         diffs = [f"{a}.{b}: checkpoint {then[a, b]!r}, config {now[a][b]!r}"
