@@ -51,6 +51,32 @@ def test_a_failed_run_is_reported_and_the_others_still_run(tmp_path, capsys):
         assert out.err.count("boom") == 1
 
 
+def test_a_lane_freed_by_a_short_run_starts_the_next_at_once(tmp_path):
+    """Two lanes, run a long and b, c short: c starts when b ends, while a still runs (a waits for
+    c's mark, so a scheduler that waits for the oldest run first would make a time out); b's end is
+    reported first, as it happens, not after a's."""
+    class Run:
+        def __init__(self, name):
+            self.name = name
+
+    mark = tmp_path / "c-ran"
+    wait = (f"import pathlib, sys, time; end = time.monotonic() + 60\n"
+            f"while not pathlib.Path({str(mark)!r}).exists():\n"
+            f"    time.sleep(0.05)\n    if time.monotonic() > end: sys.exit('c never started')")
+
+    def commands(run):
+        if run.name == "a":
+            return [[sys.executable, "-c", wait]]
+        if run.name == "c":
+            return [["touch", str(mark)]]
+        return [["true"]]
+
+    ended = []
+    failed = launch.run_all([Run("a"), Run("b"), Run("c")], commands, jobs=2, log_dir=tmp_path / "logs",
+                            on_end=lambda run, wall_s, code: ended.append((run.name, code)))
+    assert failed == [] and ended[0] == ("b", 0) and sorted(ended[1:]) == [("a", 0), ("c", 0)]
+
+
 def test_an_interrupted_study_stops_its_runs_and_their_children(tmp_path):
     """Ctrl-C (or SIGTERM, which `rgpt study` turns into an exit) while runs train: every running
     run's process group is terminated, a grandchild (torchrun's ranks) included, and nothing waits."""
