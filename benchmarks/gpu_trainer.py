@@ -77,7 +77,7 @@ PACKAGES = ("torch", "deepspeed", "megatron-core", "mosaicml-streaming", "pydant
             "tiktoken", "triton", "numpy", "transformers", "typing-extensions")
 IMPORTS = ("deepspeed", "megatron.core", "streaming", "zstandard", "tiktoken", "pydantic")
 RESERVE_S = 10.0  # kept for the summary at the end
-HANG_LIMIT_S = 15.0  # the limit of a --hang-arm launch
+HANG_LIMIT_S = 8.0  # the limit of a --hang-arm launch (its worker writes its pid before any import)
 MB = 2 ** 20
 
 

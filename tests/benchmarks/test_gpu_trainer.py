@@ -56,7 +56,7 @@ def test_quick_trains_resumes_and_survives_a_refused_and_a_hanging_arm(tmp_path)
     failed = report["arms"][FAILING_ARM]  # the launcher refused its config (torchrun exits 1); the next arm ran
     assert failed["status"] == "error" and failed["rc"] == 1 and "train.max_steps=0" in failed["tail"]
     hung = report["arms"][HANGING_ARM]  # killed at its limit, the trainer's own process group included
-    assert hung["status"] == "timeout" and hung["rc"] is None and 14 < hung["wall_s"] < 60 and hung["worker_pid"]
+    assert hung["status"] == "timeout" and hung["rc"] is None and 7 < hung["wall_s"] < 60 and hung["worker_pid"]
     with pytest.raises(ProcessLookupError):
         os.kill(hung["worker_pid"], 0)
     ck = report["checkpoint"]
