@@ -4,6 +4,7 @@ table in the docs that its records do not give fails here.
 
     results/compare-long/  make compare-long: docs/evaluation.md's ordering table
     results/rlt/           make rlt: docs/families.md's per-seed parity table
+    results/rlt-float-path/  RLT-1's runs of make rlt on another float path (its README.md)
     results/thinking/      make thinking: docs/thinking.md's frontier
 """
 import json
@@ -97,6 +98,27 @@ def test_the_rlt_parity_table_is_its_records(tmp_path):
     at_256 = [100 * _final(RESULTS / "rlt" / f"parity-rlt1-2+2-s{seed}", 256) for seed in RLT_SEEDS]
     mean_sd = f"{statistics.mean(at_256):.2f} ± {statistics.stdev(at_256):.2f}"      # three seeds: no (n=k)
     assert f"| Parity (256) | {mean_sd} |" in table
+
+
+def _without_log(config: Path) -> dict:
+    import yaml
+
+    return {k: v for k, v in yaml.safe_load(config.read_text()).items() if k != "log"}
+
+
+def test_the_rlt_float_path_table_is_its_records():
+    """RLT-1's three runs of make rlt repeated by the same commands under other kernels
+    (results/rlt-float-path/README.md): the same configs but for where they logged, and docs/families.md's
+    per-seed row on each path is its records'."""
+    doc = _table_rows("families.md", "| float path | seed 42 | seed 43 | seed 44 |")
+    assert [row[0].split(" (`")[-1] for row in doc] == ["results/rlt/`)", "results/rlt-float-path/`)"]
+    for (_, *cells), folder in zip(doc, ("rlt", "rlt-float-path")):
+        for seed, text in zip(RLT_SEEDS, cells):
+            record = RESULTS / folder / f"parity-rlt1-2+2-s{seed}"
+            want = f"{100 * _final(record, 64):.2f} / {100 * _final(record, 256):.2f} % ({_last_loss(record):.2g})"
+            assert text == want, (folder, seed)
+            assert _without_log(record / "config.yaml") == _without_log(
+                RESULTS / "rlt" / f"parity-rlt1-2+2-s{seed}" / "config.yaml"), seed
 
 
 def test_the_thinking_frontier_is_its_records(tmp_path):
