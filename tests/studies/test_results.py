@@ -14,6 +14,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rgpt_dist.eval.grid import summarize
 from rgpt_dist.studies import study
@@ -101,8 +102,6 @@ def test_the_rlt_parity_table_is_its_records(tmp_path):
 
 
 def _without_log(config: Path) -> dict:
-    import yaml
-
     return {k: v for k, v in yaml.safe_load(config.read_text()).items() if k != "log"}
 
 
@@ -111,7 +110,8 @@ def test_the_rlt_float_path_table_is_its_records():
     (results/rlt-float-path/README.md): the same configs but for where they logged, and docs/families.md's
     per-seed row on each path is its records'."""
     doc = _table_rows("families.md", "| float path | seed 42 | seed 43 | seed 44 |")
-    assert [row[0].split(" (`")[-1] for row in doc] == ["results/rlt/`)", "results/rlt-float-path/`)"]
+    assert [row[0] for row in doc] == ["this host's kernels (`results/rlt/`)",
+                                       "MKL CBWR + ATen AVX2 (`results/rlt-float-path/`)"]
     for (_, *cells), folder in zip(doc, ("rlt", "rlt-float-path")):
         for seed, text in zip(RLT_SEEDS, cells):
             record = RESULTS / folder / f"parity-rlt1-2+2-s{seed}"
