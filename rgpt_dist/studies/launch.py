@@ -67,10 +67,11 @@ def train_command(config: str, overrides: list[str], nproc: int) -> list[str]:
 def run_all(runs: list, commands_of, jobs: int = 1, log_dir: str | Path | None = None,
             on_end=None) -> list[str]:
     """Runs each run's commands (commands_of(run): argv lists, in sequence, stopping at the first that
-    fails) from the checkout, `jobs` runs at a time (the next starts as soon as any ends); prints one line per run as it ends, with a progress
-    bar over the runs on a terminal, and calls on_end(run, wall_s, returncode); returns the names of
-    those that failed, whose output's tail is printed (the others still run). Each run's output goes to
-    log_dir/<name>.log (appended: a resumed run keeps its first launch's), or a temporary file."""
+    fails) from the checkout, `jobs` runs at a time (the next starts as soon as any ends); prints one
+    line per run as it ends, with a progress bar over the runs on a terminal, and calls on_end(run,
+    wall_s, returncode); returns the names of those that failed, whose output's tail is printed (the
+    others still run). Each run's output goes to log_dir/<name>.log (appended: a resumed run keeps its
+    first launch's), or a temporary file."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
     failed: list[str] = []
     pending, running = list(runs), []
