@@ -110,7 +110,7 @@ def test_the_rlt_float_path_table_is_its_records():
     (results/rlt-float-path/README.md): the same configs but for where they logged, and docs/families.md's
     per-seed row on each path is its records'."""
     doc = _table_rows("families.md", "| float path | seed 42 | seed 43 | seed 44 |")
-    assert [row[0] for row in doc] == ["this host's kernels (`results/rlt/`)",
+    assert [row[0] for row in doc] == ["the recording machine's kernels (`results/rlt/`)",
                                        "MKL CBWR + ATen AVX2 (`results/rlt-float-path/`)"]
     for (_, *cells), folder in zip(doc, ("rlt", "rlt-float-path")):
         for seed, text in zip(RLT_SEEDS, cells):
