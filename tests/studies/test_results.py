@@ -4,7 +4,7 @@ table in the docs that its records do not give fails here.
 
     results/compare-long/  make compare-long: docs/evaluation.md's ordering table
     results/rlt/           make rlt: docs/families.md's per-seed parity table
-    results/rlt-float-path/  RLT-1's runs of make rlt on another float path (its README.md)
+    results/rlt-later-machine/, results/rlt-float-path/  RLT-1's runs of make rlt on other float paths
     results/thinking/      make thinking: docs/thinking.md's frontier
 """
 import json
@@ -110,9 +110,11 @@ def test_the_rlt_float_path_table_is_its_records():
     (results/rlt-float-path/README.md): the same configs but for where they logged, and docs/families.md's
     per-seed row on each path is its records'."""
     doc = _table_rows("families.md", "| float path | seed 42 | seed 43 | seed 44 |")
-    assert [row[0] for row in doc] == ["the recording machine's kernels (`results/rlt/`)",
-                                       "MKL CBWR + ATen AVX2 (`results/rlt-float-path/`)"]
-    for (_, *cells), folder in zip(doc, ("rlt", "rlt-float-path")):
+    folders = ("rlt", "rlt-later-machine", "rlt-float-path")
+    assert [row[0] for row in doc] == ["the recording machine (`results/rlt/`)",
+                                       "a later machine (`results/rlt-later-machine/`)",
+                                       "the later machine, MKL CBWR + ATen AVX2 (`results/rlt-float-path/`)"]
+    for (_, *cells), folder in zip(doc, folders):
         for seed, text in zip(RLT_SEEDS, cells):
             record = RESULTS / folder / f"parity-rlt1-2+2-s{seed}"
             want = f"{100 * _final(record, 64):.2f} / {100 * _final(record, 256):.2f} % ({_last_loss(record):.2g})"
