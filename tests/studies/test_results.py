@@ -75,6 +75,11 @@ def _last_loss(record: Path) -> float:
     return [r["loss"] for r in rows if "loss" in r][-1]
 
 
+def _parity_cell(record: Path) -> str:
+    """A parity table's cell: final-bit accuracy at 64 / 256 bits and the last training loss."""
+    return f"{100 * _final(record, 64):.2f} / {100 * _final(record, 256):.2f} % ({_last_loss(record):.2g})"
+
+
 RLT_ROWS = {"RLT-1 2 + 2 (`rlt-debug`)": "rlt1-2+2", "RLT-0 2 + 2": "rlt0-2+2",
             "Transformer, 4 layers (`rlt-transformer-debug`)": "transformer-4"}
 RLT_SEEDS = (42, 43, 44)
@@ -91,7 +96,7 @@ def test_the_rlt_parity_table_is_its_records(tmp_path):
         assert len(cells) == len(RLT_SEEDS), label
         for seed, text in zip(RLT_SEEDS, cells):
             record = RESULTS / "rlt" / f"parity-{RLT_ROWS[label]}-s{seed}"
-            want = f"{100 * _final(record, 64):.2f} / {100 * _final(record, 256):.2f} % ({_last_loss(record):.2g})"
+            want = _parity_cell(record)
             assert text == want, (label, seed)
     out = _restored("rlt", tmp_path)
     paths = study("rlt").report(Context(out=out), runs)
@@ -117,7 +122,7 @@ def test_the_rlt_float_path_table_is_its_records():
     for (_, *cells), folder in zip(doc, folders):
         for seed, text in zip(RLT_SEEDS, cells):
             record = RESULTS / folder / f"parity-rlt1-2+2-s{seed}"
-            want = f"{100 * _final(record, 64):.2f} / {100 * _final(record, 256):.2f} % ({_last_loss(record):.2g})"
+            want = _parity_cell(record)
             assert text == want, (folder, seed)
             assert _without_log(record / "config.yaml") == _without_log(
                 RESULTS / "rlt" / f"parity-rlt1-2+2-s{seed}" / "config.yaml"), seed
