@@ -129,6 +129,12 @@ class Task:
     length_rule: str = ""         # what else a valid length must satisfy, for the error message
 
     @property
+    def curriculum_lengths(self) -> tuple[int, ...]:
+        """The lengths a cap below the grid's top (data.task_train_max) trains on, up to the cap: the
+        training grid itself, unless a task says otherwise (S5's grid is the single length 32)."""
+        return self.train_lengths
+
+    @property
     def vocab(self) -> tuple[str, ...]:
         """The token strings; a token's id is its index."""
         return SPECIALS + self.symbols

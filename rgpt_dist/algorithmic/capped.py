@@ -2,9 +2,11 @@
 
     capped(get_task("parity"), 10)   # trains on 3..10 bits; validation and test grids unchanged
 
-The capped task is a shallow copy whose `train_lengths` keeps the grid's lengths <= the cap, so the
-training draw (`Task.draw_train_length`: uniform over the grid) and the seq_len check
-(`Task.max_tokens`) follow it, while every held-out set is the task's own. Only tasks that draw their
+The capped task is a shallow copy whose `train_lengths` keeps the lengths <= the cap of the task's
+`curriculum_lengths` (its training grid; for S5, whose grid is the single length 32, every length
+1..32), so the training draw (`Task.draw_train_length`: uniform over the grid) and the seq_len check
+(`Task.max_tokens`) follow it, while every held-out set is the task's own. A cap at or above the
+grid's top is the task itself. Only tasks that draw their
 training length from that grid can be capped (addition draws its operand widths inside the sample).
 """
 from __future__ import annotations
@@ -23,7 +25,7 @@ def problems(task: Task, cap, where: str = "task_train_max") -> list[str]:
     if type(task).draw_train_length is not Task.draw_train_length:
         return [f"{where}={cap} cannot cap task {task.name!r}: it does not draw its training length from a "
                 f"grid (use 0)"]
-    grid = task.train_lengths
+    grid = task.curriculum_lengths
     if cap < min(grid):
         return [f"{where}={cap} is below the shortest training length {min(grid)} "
                 f"of task {task.name!r} (its training grid: {min(grid)}..{max(grid)})"]
@@ -38,5 +40,5 @@ def capped(task: Task, cap: int) -> Task:
     if cap == 0 or cap >= max(task.train_lengths):
         return task
     out = copy.copy(task)
-    out.train_lengths = tuple(n for n in task.train_lengths if n <= cap)
+    out.train_lengths = tuple(n for n in task.curriculum_lengths if n <= cap)
     return out

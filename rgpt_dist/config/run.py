@@ -62,8 +62,9 @@ class DataConfig(Section):
     set)."""
     task_train_max: int = 0
     """Train on the task's training lengths up to this one only (0 = its whole training grid, the
-    paper's); a CPU-scale reduction (`make rlt` trains parity on 3-16 bits). Validation and test keep
-    the task's grids. At least the grid's shortest training length; needs data.task."""
+    paper's); a CPU-scale reduction (`make rlt` trains parity on 3-16 bits). S5, whose grid is the
+    single length 32, trains on 1..cap operations below 32. Validation and test keep the task's
+    grids. At least the grid's shortest training length; needs data.task."""
     task_grow_by: int = 0
     """A length curriculum (0 = none; needs data.task_train_max): each time the training loss (the
     mean over ranks) has stayed below data.task_grow_loss for data.task_grow_steps optimizer steps in

@@ -151,6 +151,21 @@ def test_a_length_curriculum_grows_the_cap_after_steps_in_a_row_below_the_loss()
     assert get_task("parity").train_lengths == tuple(range(3, 41))
 
 
+def test_an_s5_curriculum_grows_from_short_words_to_the_papers_fixed_32_and_resumes_there():
+    """S5 capped at 8 reads words of 1..8 operations padded to 9 tokens; growth by 12 gives 1..20, then
+    the paper's fixed 32; a state saved there resumes on 32 only, the same next batch."""
+    loader = TaskLoader("s5_swaps", 33, 4, 4, 1, 0, train_max=8, grow=Growth(by=12, loss=0.5, steps=1))
+    assert loader.seq_len == 9 and loader.task.train_lengths == tuple(range(1, 9))
+    assert loader.observe(0.1) == {"task_train_max": 20} and loader.seq_len == 21
+    assert loader.observe(0.1) == {"task_train_max": 32} and loader.train_max == 0
+    assert loader.task.train_lengths == (32,) and loader.seq_len == 33
+    x, y = take(loader, 2)[1]
+    assert (x[:, 1:] != 0).all() and (y[:, 1:] != -1).all()   # every word 32 operations, every one scored
+    resumed = TaskLoader("s5_swaps", 33, 4, 4, 1, 0, train_max=8, grow=Growth(by=12, loss=0.5, steps=1))
+    resumed.load_state_dict(loader.state_dict())
+    assert resumed.task.train_lengths == (32,) and torch.equal(take(resumed, 1)[0][0], take(loader, 1)[0][0])
+
+
 def test_a_curriculum_resumes_at_its_cap_and_count_and_refuses_another():
     """A state saved mid-curriculum (cap 16, one step below the loss) continues the same stream: the
     next batch, and the growth one step later; another curriculum, or none, is refused."""
