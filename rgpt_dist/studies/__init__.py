@@ -7,7 +7,7 @@ its configs/experiments/* and slurm/*.sh) and its report, behind the `Study` pro
     ablation      make ablation: the rows of Fig. 5 on the compare cell; grid: the paper's ablations
     phi           make phi: the looped scaling law's iso-depth sweep and fit; grid: the 380-run sweep
     rt-compare    make compare-rt: the Recurrent Transformer against its dense partner; grid: the authors'
-    rlt           make rlt: the RLT parity headline (length generalisation)
+    rlt           make rlt: the RLT headline, parity and swaps-S5 (length generalisation)
     algorithmic   make algorithmic: parity and swaps-S5 with the Transformer baseline
     thinking      make thinking: the silent-thinking graph task's frontier
 """

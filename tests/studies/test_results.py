@@ -3,7 +3,7 @@ metrics and evaluation of every run, no checkpoint), and compared with the table
 table in the docs that its records do not give fails here.
 
     results/compare-long/  make compare-long: docs/evaluation.md's ordering table
-    results/rlt/           make rlt: docs/families.md's per-seed parity table
+    results/rlt/           make rlt: docs/families.md's per-seed parity and swaps-S5 tables
     results/rlt-later-machine/, results/rlt-float-path/  RLT-1's runs of make rlt on other float paths
     results/thinking/      make thinking: docs/thinking.md's frontier
 """
@@ -104,6 +104,27 @@ def test_the_rlt_parity_table_is_its_records(tmp_path):
     at_256 = [100 * _final(RESULTS / "rlt" / f"parity-rlt1-2+2-s{seed}", 256) for seed in RLT_SEEDS]
     mean_sd = f"{statistics.mean(at_256):.2f} ± {statistics.stdev(at_256):.2f}"      # three seeds: no (n=k)
     assert f"| Parity (256) | {mean_sd} |" in table
+
+
+def _s5_cell(record: Path) -> str:
+    """A swaps-S5 table's cell: final-state accuracy at 32 / 64 / 256 operations and the last training loss."""
+    at = [f"{100 * _final(record, n):.2f}" for n in (32, 64, 256)]
+    return f"{' / '.join(at)} % ({_last_loss(record):.2g})"
+
+
+def test_the_rlt_s5_table_is_its_records(tmp_path):
+    """make rlt's swaps-S5 runs (results/rlt/s5_swaps-*): docs/families.md's per-seed row of each model is
+    its records', and the study's report holds the swaps-S5 row at its longest length, 512 operations."""
+    doc = _table_rows("families.md", "| model (swaps-S5) | seed 42 | seed 43 | seed 44 |")
+    assert [row[0] for row in doc] == list(RLT_ROWS)
+    for label, *cells in doc:
+        assert len(cells) == len(RLT_SEEDS), label
+        for seed, text in zip(RLT_SEEDS, cells):
+            assert text == _s5_cell(RESULTS / "rlt" / f"s5_swaps-{RLT_ROWS[label]}-s{seed}"), (label, seed)
+    paths = study("rlt").report(Context(out=_restored("rlt", tmp_path)), study("rlt").plan("cpu"))
+    at_512 = [100 * _final(RESULTS / "rlt" / f"s5_swaps-rlt1-2+2-s{seed}", 512) for seed in RLT_SEEDS]
+    assert f"| S5, swaps (512) | {statistics.mean(at_512):.2f} ± {statistics.stdev(at_512):.2f} |" in \
+        paths["md"].read_text()
 
 
 def _without_log(config: Path) -> dict:

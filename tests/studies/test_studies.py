@@ -51,22 +51,29 @@ def _words(command: list[str]) -> str:
 def test_rlt_trains_and_scores_what_the_makefile_did(tmp_path):
     """Parity, one process per run, the CPU recipe's overrides (900 steps: 450 left seed 43 short of its
     transition; the length curriculum from 3-16 bits to the paper's 3-40), three seeds, then the last
-    checkpoint's evaluation on the first 256 test sequences per length."""
+    checkpoint's evaluation on the first 256 test sequences per length; then swaps-S5 alike (600 steps,
+    its curriculum from 1-8 operations to the paper's 32)."""
     cpu = ("data.task_train_max=16 data.task_grow_by=8 data.task_grow_steps=100 train.max_steps=900 train.global_batch_size=256 train.micro_batch_size=256 "
            "train.warmup_steps=40 train.lr=1e-3 train.min_lr=5e-5 eval.every_steps=900 checkpoint.every_steps=900 "
            "checkpoint.keep_best=false log.wandb=disabled model.mup_base_width=128").split()
-    want = {"parity-rlt1-2+2": ("rlt-debug", []), "parity-rlt0-2+2": ("rlt-debug", ["model.feedback_interval=0"]),
-            "parity-transformer-4": ("rlt-transformer-debug", [])}
+    s5 = ("data.task_train_max=8 data.task_grow_by=8 data.task_grow_steps=10 data.task_grow_loss=0.05 "
+          "train.max_steps=600 train.global_batch_size=256 train.micro_batch_size=256 train.warmup_steps=40 "
+          "train.lr=1e-3 train.min_lr=5e-5 eval.every_steps=600 checkpoint.every_steps=600 checkpoint.keep_best=false "
+          "log.wandb=disabled model.mup_base_width=128").split()
+    models = {"rlt1-2+2": ("rlt-debug", []), "rlt0-2+2": ("rlt-debug", ["model.feedback_interval=0"]),
+              "transformer-4": ("rlt-transformer-debug", [])}
+    recipes = {"parity": cpu, "s5_swaps": s5}
     s = study("rlt")
     runs = s.plan("cpu")
-    assert sorted(r.name for r in runs) == sorted(f"{n}-s{seed}" for n in want for seed in (42, 43, 44))
+    assert [r.name for r in runs] == [f"{t}-{n}-s{seed}" for t in recipes for n in models for seed in (42, 43, 44)]
     for run in runs:
-        flavour, extra = want[run.name.rsplit("-s", 1)[0]]
+        task, label = run.name.rsplit("-s", 1)[0].split("-", 1)
+        flavour, extra = models[label]
         out = tmp_path / run.name
         train, evaluate = s.commands(run, Context(out=tmp_path))
         assert sorted(shlex.split(_words(train))) == sorted(
-            ["-m", "launcher.algo", "train", "parity", "--model", flavour, "--seed", str(run.seed), "--out", str(out),
-             "--nproc", "1", *cpu, *extra])
+            ["-m", "launcher.algo", "train", task, "--model", flavour, "--seed", str(run.seed), "--out", str(out),
+             "--nproc", "1", *recipes[task], *extra])
         assert _words(evaluate) == f"-m launcher.algo eval {out} --checkpoint last --limit 256"
     assert s.record_files(runs[0]) == ("config.yaml", "metrics.jsonl", "eval-last/eval.json")
 
