@@ -1,10 +1,11 @@
 """The RLT paper's length-generalisation protocol at CPU scale: `rgpt study rlt` (`make rlt`, the
-headline: parity trained from 3-16 bits, tested to 256; swaps-S5 from 1-8 operations, tested to 512) and `rgpt study algorithmic` (`make algorithmic`:
-parity and swaps-S5 with the Transformer baseline). Each run trains (`rgpt algo train`, one process),
-its checkpoint is evaluated over the task's test grid (`rgpt algo eval`), and `rgpt algo table`
-writes OUT/table/{table.md,table.json,accuracy_vs_length.png}. The cluster grid in the paper's recipe:
-slurm/algorithmic.sh, written from grid.py (docs/algorithmic.md). Its report imports torch (through the
-algorithmic evaluation the table command shares).
+headline: parity trained from 3-16 bits, tested to 256; swaps-S5 from 1-8 operations, tested to 512)
+and `rgpt study algorithmic` (`make algorithmic`: parity and swaps-S5 with the Transformer baseline).
+Each run trains (`rgpt algo train`, one process), its checkpoint is evaluated over the task's test
+grid (`rgpt algo eval`), and `rgpt algo table` writes OUT/table/{table.md,table.json,
+accuracy_vs_length.png}. The cluster grid in the paper's recipe: slurm/algorithmic.sh, written from
+grid.py (docs/algorithmic.md). Its report imports torch (through the algorithmic evaluation the table
+command shares).
 
 Reductions from the paper's recipe (configs/algorithmic/*.yaml), shared by both:
 - The models at width 128, 4 layers, FFN 341 (the paper: 512, 8, 1,365); fp32, AdamW 0.9/0.95, weight
@@ -22,8 +23,8 @@ Reductions from the paper's recipe (configs/algorithmic/*.yaml), shared by both:
   run reaches the validation lengths, 32-40 bits, late or never). 450 steps were too few: RLT-1 first
   fits 3-16 bits (a sudden drop of the loss between steps 250 and 450, depending on the seed) and
   extrapolates only 100-200 steps later. Swaps-S5, the same models and seeds: 600 steps of 256, words
-  of 1-8 operations first, +8 after 10 steps in a row below 0.05, up to the paper's fixed 32 (trained on
-  32 from the start, RLT-1 tracked 8.6 % of final states at 32 after 600 steps; docs/families.md).
+  of 1-8 operations first, +8 after 10 steps in a row below 0.05, up to the paper's fixed 32 (in a probe
+  trained on 32 from the start, RLT-1 tracked 8.6 % of final states at 32 after 600 steps; docs/families.md).
 """
 from __future__ import annotations
 
