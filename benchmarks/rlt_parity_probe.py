@@ -51,9 +51,10 @@ def s5_batch(n: int, lo: int, hi: int, rng: np.random.Generator) -> tuple[torch.
     """n swaps-S5 words of lo..hi operations -> tokens and targets (n, hi + 1): the running product at
     every operation (the task's own encoding), -100 on BOS and padding."""
     tok, tgt = np.zeros((n, hi + 1), np.int64), np.full((n, hi + 1), -100, np.int64)
-    gens = np.asarray(S5Swaps.generators)
+    task = S5Swaps()
+    gens = np.asarray(task.generators)
     for i, length in enumerate(rng.integers(lo, hi + 1, size=n)):
-        sample = S5Swaps().encode(gens[rng.integers(0, len(gens), size=length)])
+        sample = task.encode(gens[rng.integers(0, len(gens), size=length)])
         tok[i, :length + 1], tgt[i, :length + 1] = sample.tokens, sample.targets
     return torch.from_numpy(tok), torch.from_numpy(tgt)
 

@@ -75,9 +75,16 @@ def _last_loss(record: Path) -> float:
     return [r["loss"] for r in rows if "loss" in r][-1]
 
 
+def _cell(record: Path, lengths: tuple[int, ...]) -> str:
+    """A per-seed table's cell: the final answer's (state's) accuracy at each length, then the last
+    training loss, e.g. "100.00 / 51.17 % (1.2e-07)"."""
+    at = [f"{100 * _final(record, n):.2f}" for n in lengths]
+    return f"{' / '.join(at)} % ({_last_loss(record):.2g})"
+
+
 def _parity_cell(record: Path) -> str:
     """A parity table's cell: final-bit accuracy at 64 / 256 bits and the last training loss."""
-    return f"{100 * _final(record, 64):.2f} / {100 * _final(record, 256):.2f} % ({_last_loss(record):.2g})"
+    return _cell(record, (64, 256))
 
 
 RLT_ROWS = {"RLT-1 2 + 2 (`rlt-debug`)": "rlt1-2+2", "RLT-0 2 + 2": "rlt0-2+2",
@@ -85,7 +92,14 @@ RLT_ROWS = {"RLT-1 2 + 2 (`rlt-debug`)": "rlt1-2+2", "RLT-0 2 + 2": "rlt0-2+2",
 RLT_SEEDS = (42, 43, 44)
 
 
-def test_the_rlt_parity_table_is_its_records(tmp_path):
+@pytest.fixture(scope="module")
+def rlt_table(tmp_path_factory) -> str:
+    """make rlt's report (table.md) rebuilt once from every record of results/rlt."""
+    out = _restored("rlt", tmp_path_factory.mktemp("rlt"))
+    return study("rlt").report(Context(out=out), study("rlt").plan("cpu"))["md"].read_text()
+
+
+def test_the_rlt_parity_table_is_its_records(rlt_table):
     """Per seed: final-bit accuracy at 64 / 256 bits of the last checkpoint, and the last training
     loss (docs/families.md), from results/rlt; and the study's report rebuilds its table from them."""
     runs = study("rlt").plan("cpu")
@@ -98,21 +112,12 @@ def test_the_rlt_parity_table_is_its_records(tmp_path):
             record = RESULTS / "rlt" / f"parity-{RLT_ROWS[label]}-s{seed}"
             want = _parity_cell(record)
             assert text == want, (label, seed)
-    out = _restored("rlt", tmp_path)
-    paths = study("rlt").report(Context(out=out), runs)
-    table = paths["md"].read_text()
     at_256 = [100 * _final(RESULTS / "rlt" / f"parity-rlt1-2+2-s{seed}", 256) for seed in RLT_SEEDS]
     mean_sd = f"{statistics.mean(at_256):.2f} ± {statistics.stdev(at_256):.2f}"      # three seeds: no (n=k)
-    assert f"| Parity (256) | {mean_sd} |" in table
+    assert f"| Parity (256) | {mean_sd} |" in rlt_table
 
 
-def _s5_cell(record: Path) -> str:
-    """A swaps-S5 table's cell: final-state accuracy at 32 / 64 / 256 operations and the last training loss."""
-    at = [f"{100 * _final(record, n):.2f}" for n in (32, 64, 256)]
-    return f"{' / '.join(at)} % ({_last_loss(record):.2g})"
-
-
-def test_the_rlt_s5_table_is_its_records(tmp_path):
+def test_the_rlt_s5_table_is_its_records(rlt_table):
     """make rlt's swaps-S5 runs (results/rlt/s5_swaps-*): docs/families.md's per-seed row of each model is
     its records', and the study's report holds the swaps-S5 row at its longest length, 512 operations."""
     doc = _table_rows("families.md", "| model (swaps-S5) | seed 42 | seed 43 | seed 44 |")
@@ -120,11 +125,10 @@ def test_the_rlt_s5_table_is_its_records(tmp_path):
     for label, *cells in doc:
         assert len(cells) == len(RLT_SEEDS), label
         for seed, text in zip(RLT_SEEDS, cells):
-            assert text == _s5_cell(RESULTS / "rlt" / f"s5_swaps-{RLT_ROWS[label]}-s{seed}"), (label, seed)
-    paths = study("rlt").report(Context(out=_restored("rlt", tmp_path)), study("rlt").plan("cpu"))
+            record = RESULTS / "rlt" / f"s5_swaps-{RLT_ROWS[label]}-s{seed}"
+            assert text == _cell(record, (32, 64, 256)), (label, seed)   # final-state accuracy, last loss
     at_512 = [100 * _final(RESULTS / "rlt" / f"s5_swaps-rlt1-2+2-s{seed}", 512) for seed in RLT_SEEDS]
-    assert f"| S5, swaps (512) | {statistics.mean(at_512):.2f} ± {statistics.stdev(at_512):.2f} |" in \
-        paths["md"].read_text()
+    assert f"| S5, swaps (512) | {statistics.mean(at_512):.2f} ± {statistics.stdev(at_512):.2f} |" in rlt_table
 
 
 def _without_log(config: Path) -> dict:
