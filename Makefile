@@ -81,7 +81,7 @@ phi: vocab  ## the looped scaling law's iso-depth sweep at CPU scale, and the fi
 algorithmic: venv  ## parity and s5_swaps with the debug Transformer, three seeds each: train, evaluate, table
 	$(STUDY) algorithmic run --out runs/algorithmic
 
-rlt: venv  ## the RLT study at CPU scale, parity and swaps-S5, three seeds (about 77 minutes; records in results/rlt)
+rlt: venv  ## the RLT study at CPU scale, parity and swaps-S5, three seeds (79 minutes on 2 cores; records in results/rlt)
 	$(STUDY) rlt run --out runs/rlt
 
 thinking: venv  ## the silent-thinking graph task's frontier at CPU scale (records in results/thinking)

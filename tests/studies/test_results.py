@@ -4,7 +4,7 @@ table in the docs that its records do not give fails here.
 
     results/compare-long/  make compare-long: docs/evaluation.md's ordering table
     results/rlt/           make rlt: docs/families.md's per-seed parity and swaps-S5 tables
-    results/rlt-later-machine/, results/rlt-float-path/  RLT-1's runs of make rlt on other float paths
+    results/rlt-first-machine/, results/rlt-float-path/  make rlt's parity runs on other float paths
     results/thinking/      make thinking: docs/thinking.md's frontier
 """
 import json
@@ -132,25 +132,32 @@ def test_the_rlt_s5_table_is_its_records(rlt_table):
 
 
 def _without_log(config: Path) -> dict:
-    return {k: v for k, v in yaml.safe_load(config.read_text()).items() if k != "log"}
+    """A run's config but for where it ran: its log section and the checkout's corpus path (data.paths,
+    which an algorithmic task's generated stream does not read)."""
+    fields = {k: v for k, v in yaml.safe_load(config.read_text()).items() if k != "log"}
+    return {**fields, "data": {k: v for k, v in fields["data"].items() if k != "paths"}}
 
 
 def test_the_rlt_float_path_table_is_its_records():
-    """RLT-1's three runs of make rlt repeated by the same commands under other kernels
-    (results/rlt-float-path/README.md): the same configs but for where they logged, and docs/families.md's
-    per-seed row on each path is its records'."""
+    """make rlt's parity runs on other float paths: as first recorded on an earlier machine
+    (results/rlt-first-machine/, all nine) and RLT-1's three under other kernels (results/rlt-float-path/):
+    the same configs as results/rlt's but for where they logged, and docs/families.md's per-seed row of
+    RLT-1 on each path is its records'."""
     doc = _table_rows("families.md", "| float path | seed 42 | seed 43 | seed 44 |")
-    folders = ("rlt", "rlt-later-machine", "rlt-float-path")
-    assert [row[0] for row in doc] == ["the recording machine (`results/rlt/`)",
-                                       "a later machine (`results/rlt-later-machine/`)",
-                                       "the later machine, MKL CBWR + ATen AVX2 (`results/rlt-float-path/`)"]
+    folders = ("rlt-first-machine", "rlt", "rlt-float-path")
+    assert [row[0] for row in doc] == ["the first machine (`results/rlt-first-machine/`)",
+                                       "this machine, `make rlt` (`results/rlt/`)",
+                                       "this machine, MKL CBWR + ATen AVX2 (`results/rlt-float-path/`)"]
     for (_, *cells), folder in zip(doc, folders):
         for seed, text in zip(RLT_SEEDS, cells):
-            record = RESULTS / folder / f"parity-rlt1-2+2-s{seed}"
-            want = _parity_cell(record)
-            assert text == want, (folder, seed)
-            assert _without_log(record / "config.yaml") == _without_log(
-                RESULTS / "rlt" / f"parity-rlt1-2+2-s{seed}" / "config.yaml"), seed
+            assert text == _parity_cell(RESULTS / folder / f"parity-rlt1-2+2-s{seed}"), (folder, seed)
+    first = sorted(p.name for p in (RESULTS / "rlt-first-machine").iterdir() if p.is_dir())
+    assert first == sorted(r.name for r in study("rlt").plan("cpu") if r.name.startswith("parity-"))
+    float_path = [f"parity-rlt1-2+2-s{seed}" for seed in RLT_SEEDS]
+    for folder, names in (("rlt-first-machine", first), ("rlt-float-path", float_path)):
+        for name in names:
+            assert _without_log(RESULTS / folder / name / "config.yaml") == _without_log(
+                RESULTS / "rlt" / name / "config.yaml"), (folder, name)
 
 
 def test_the_thinking_frontier_is_its_records(tmp_path):

@@ -25,6 +25,8 @@ Reductions from the paper's recipe (configs/algorithmic/*.yaml), shared by both:
   extrapolates only 100-200 steps later. Swaps-S5, the same models and seeds: 600 steps of 256, words
   of 1-8 operations first, +8 after 10 steps in a row below 0.05, up to the paper's fixed 32 (in a probe
   trained on 32 from the start, RLT-1 tracked 8.6 % of final states at 32 after 600 steps; docs/families.md).
+  Width 128 stays: at width 64 RLT-1 trains twice as fast in tokens/s but needed more steps than that
+  saves on both tasks (docs/families.md, "Time").
 """
 from __future__ import annotations
 
@@ -108,10 +110,11 @@ class Algorithmic(_AlgorithmicStudy):
 class RLT(_AlgorithmicStudy):
     name = "rlt"
     summary = ("the RLT headline at CPU scale, parity and swaps-S5: RLT-1, RLT-0, the Transformer, three seeds "
-               "(about 77 min)")
-    reproduces = ("partly: RLT-1 reaches parity's 3-40 bits by a length curriculum and scores 100 % to 64 bits in "
-                  "every seed, where RLT-0 and the Transformer stay at chance throughout; on swaps-S5 RLT-1 "
-                  "tracks the state past its 32 training operations (results/rlt, docs/families.md)")
+               "(79 min on 2 cores)")
+    reproduces = ("partly: RLT-1 grows parity's range by a length curriculum (to 3-40 bits in two seeds of three) "
+                  "and scores 100 % to 64 bits in every seed, where RLT-0 and the Transformer stay at chance "
+                  "throughout; on swaps-S5 RLT-1 tracks the state past its 32 training operations (results/rlt, "
+                  "docs/families.md)")
     checkpoint = "last"
     record = "results/rlt"
 
