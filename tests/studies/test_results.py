@@ -131,7 +131,7 @@ def test_the_rlt_s5_table_is_its_records(rlt_table):
     assert f"| S5, swaps (512) | {statistics.mean(at_512):.2f} ± {statistics.stdev(at_512):.2f} |" in rlt_table
 
 
-def _without_log(config: Path) -> dict:
+def _config_but_where_it_ran(config: Path) -> dict:
     """A run's config but for where it ran: its log section and the checkout's corpus path (data.paths,
     which an algorithmic task's generated stream does not read)."""
     fields = {k: v for k, v in yaml.safe_load(config.read_text()).items() if k != "log"}
@@ -141,7 +141,7 @@ def _without_log(config: Path) -> dict:
 def test_the_rlt_float_path_table_is_its_records():
     """make rlt's parity runs on other float paths: as first recorded on an earlier machine
     (results/rlt-first-machine/, all nine) and RLT-1's three under other kernels (results/rlt-float-path/):
-    the same configs as results/rlt's but for where they logged, and docs/families.md's per-seed row of
+    the same configs as results/rlt's but for where they ran, and docs/families.md's per-seed row of
     RLT-1 on each path is its records'."""
     doc = _table_rows("families.md", "| float path | seed 42 | seed 43 | seed 44 |")
     folders = ("rlt-first-machine", "rlt", "rlt-float-path")
@@ -156,7 +156,7 @@ def test_the_rlt_float_path_table_is_its_records():
     float_path = [f"parity-rlt1-2+2-s{seed}" for seed in RLT_SEEDS]
     for folder, names in (("rlt-first-machine", first), ("rlt-float-path", float_path)):
         for name in names:
-            assert _without_log(RESULTS / folder / name / "config.yaml") == _without_log(
+            assert _config_but_where_it_ran(RESULTS / folder / name / "config.yaml") == _config_but_where_it_ran(
                 RESULTS / "rlt" / name / "config.yaml"), (folder, name)
 
 
