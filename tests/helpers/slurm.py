@@ -236,6 +236,31 @@ class LocalSlurm:
             raise AssertionError(f"{' '.join(cmd)} failed ({done.returncode}): {done.stdout}{done.stderr}")
         return done
 
+    def wait_requeued(self, job_id: str, timeout: float = 180) -> None:
+        """Until the job (`ID` or an array task `ID_N`) is pending again after its first requeue."""
+        deadline = time.time() + timeout
+        while True:
+            out = self.run("scontrol", "-o", "show", "job", job_id).stdout
+            if "Restarts=1" in out and "JobState=PENDING" in out:
+                return
+            if time.time() > deadline:
+                raise TimeoutError(f"job {job_id} was not requeued within {timeout} s: {out}")
+            time.sleep(0.2)
+
+    def start_requeued(self, job_id: str) -> None:
+        """Start a requeued job 2 s from now instead of after SLURM's requeue delay (about 2 min).
+        Not at once: slurmd refuses a launch whose credential is not newer, in whole seconds, than the
+        requeue's revocation of the old one ("Job credential revoked"; the job then ends FAILED without
+        running). The revocation came before the requeue that wait_requeued saw, so 2 s on is a later second."""
+        self.run("scontrol", "update", f"jobid={job_id}", "StartTime=now+2")
+
+    def log_of(self, job_id: str) -> str:
+        """The daemons' log lines naming a job (why one ended FAILED without a line of its own output)."""
+        base = job_id.split("_")[0]
+        lines = [f"{log.name}: {line}" for log in sorted(self.workdir.glob("slurm*.log"))
+                 for line in log.read_text(errors="replace").splitlines() if base in line and "] debug" not in line]
+        return "\n".join(lines[-40:])
+
     def job_states(self, job_id: str) -> dict[str, str]:
         """Array task or job id -> state, from scontrol (no accounting database here)."""
         out = self.run("scontrol", "-o", "show", "job", job_id, check=False).stdout

@@ -129,15 +129,11 @@ def test_warning_signal_requeues_and_the_job_resumes_without_lost_steps(cluster,
     metrics = tmp_path / "preempted" / "recurrentgpt-small-isoflops-20k" / "metrics.jsonl"
     _wait_for(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 3, 300, "training did not start")
     cluster.run("scancel", "--signal=USR1", "--batch", f"{job}_1")
-
-    def requeued():
-        out = cluster.run("scontrol", "-o", "show", "job", f"{job}_1").stdout
-        return "Restarts=1" in out and "JobState=PENDING" in out
-    _wait_for(requeued, 180, "the job was not requeued")
-    cluster.run("scontrol", "update", f"jobid={job}_1", "StartTime=now")  # skip SLURM's requeue delay (~2 min)
+    cluster.wait_requeued(f"{job}_1")
+    cluster.start_requeued(f"{job}_1")
     states = {**cluster.wait(f"{job}_1", timeout=600), **cluster.wait(reference, timeout=600)}
     log = next((tmp_path / "preempted").glob("*.out")).read_text()
-    assert set(states.values()) == {"COMPLETED"}, log[-3000:]
+    assert set(states.values()) == {"COMPLETED"}, (states, log[-3000:], cluster.log_of(job), cluster.log_of(reference))
     [stopped] = map(int, re.findall(r"^step +(\d+) \| stop requested", log, re.M))  # the trainer's line
     assert 3 <= stopped < 30 and f"requeueing job {job}_1" in log and "(restart 1)" in log
     # exactly one resumption, from the checkpoint of that step and at that step (parsed, not a substring:

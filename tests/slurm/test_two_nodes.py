@@ -161,21 +161,12 @@ def fault_then_resume(cluster, dataset, runs, uninterrupted, fault) -> tuple[str
     lost = json.loads(marker.read_text())
     step_of_fault = lost["step"]
 
-    def requeued():
-        out = cluster.run("scontrol", "-o", "show", "job", f"{job}_1").stdout
-        return "Restarts=1" in out and "JobState=PENDING" in out
-    deadline = time.time() + 120
-    while not requeued():
-        assert time.time() < deadline, cluster.run("scontrol", "-o", "show", "job", f"{job}_1").stdout
-        time.sleep(0.5)
+    cluster.wait_requeued(f"{job}_1", timeout=120)
     # nothing the survivors wrote is torn: every checkpoint complete and intact, every metrics line whole
     newest = max(int(p.name[5:]) for p in (run / "checkpoints").glob("step_*"))
     assert all(verify(p) is None for p in (run / "checkpoints").glob("step_*"))
     assert 4 <= newest <= step_of_fault
-    # slurmd refuses a launch whose credential is not newer than the requeue's revocation, in whole
-    # seconds ("Job credential revoked"): start the second attempt in a later second
-    time.sleep(2)
-    cluster.run("scontrol", "update", f"jobid={job}_1", "StartTime=now")  # skip SLURM's requeue delay
+    cluster.start_requeued(f"{job}_1")
     assert cluster.wait(f"{job}_1", timeout=600) == {f"{job}_1": "COMPLETED"}
     log = "\n".join(p.read_text() for p in runs.glob("*.out"))
     print(f"{runs.name}: {took:.1f} s from the fault to interrupted.json")  # docs/cluster.md's figures
