@@ -1,0 +1,120 @@
+"""How much of an algorithmic training step is padding? `make rlt`'s models on one training batch,
+padded to its longest example (what the trainer does) against the same examples sorted by length and
+cut into 2, 4 and 8 micro-batches, each padded to its own longest (length buckets).
+
+    .venv/bin/python benchmarks/algo_padding.py                          # parity at 3-16 bits, batch 256
+    .venv/bin/python benchmarks/algo_padding.py --task s5_swaps --cap 32 # swaps-S5 at 1-32 operations
+    .venv/bin/python benchmarks/algo_padding.py --quick                  # a smoke run (tests/benchmarks)
+
+A measurement for a decision (docs/families.md, "Time"), with no bar. The models are the study's
+(`rgpt_dist.studies.algorithmic.RLT_MODELS`: RLT-1 2 + 2, RLT-0 2 + 2, the Transformer 4, width 128,
+muP m = 1), on the first `--batch` training examples of the task capped at `--cap` (the length
+curriculum's stream). Timed: forward and backward of the whole batch (one thread; a warm-up round,
+then the median of `--rounds`), ratios to the padded batch. The bucketed loss weights each bucket
+by its scored positions, so it is the padded batch's loss; the largest gradient difference, relative
+to the largest gradient entry, is printed beside the time: rounding only, since causal models'
+scored positions never see the padding after them.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from rgpt_dist.algorithmic import IGNORE_INDEX, get_task, pad_examples  # noqa: E402
+from rgpt_dist.algorithmic.capped import capped  # noqa: E402
+from rgpt_dist.algorithmic.loader import MODEL_IGNORE  # noqa: E402
+from rgpt_dist.models.flavours import FLAVOURS  # noqa: E402
+from rgpt_dist.models.spec import families  # noqa: E402
+from rgpt_dist.registry import build_model  # noqa: E402
+from rgpt_dist.sections import from_dict  # noqa: E402
+from rgpt_dist.studies.algorithmic import RLT_MODELS  # noqa: E402
+
+BUCKETS = (2, 4, 8)
+
+
+def plans(task: str, cap: int, batch: int) -> tuple[dict[str, list], float]:
+    """{"padded": [(x, y)], "K buckets": K (x, y) sorted by length} and the padded batch's padding share."""
+    t = capped(get_task(task), cap)
+    examples = [t.example("train", i, None) for i in range(batch)]
+    order = sorted(range(batch), key=lambda i: len(examples[i].tokens))
+    out = {"padded": [_tensors(examples)]}
+    for k in BUCKETS:
+        size = batch // k
+        out[f"{k} buckets"] = [_tensors([examples[i] for i in order[j * size:(j + 1) * size]])
+                               for j in range(k)]
+    lengths = [len(e.tokens) for e in examples]
+    return out, 1 - float(np.mean(lengths)) / max(lengths)
+
+
+def _tensors(examples: list) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x, y) of the examples padded to their longest, as the trainer's loader gives them."""
+    b = pad_examples(examples)
+    return torch.from_numpy(b.tokens), torch.from_numpy(np.where(b.targets == IGNORE_INDEX, MODEL_IGNORE, b.targets))
+
+
+def model_of(label: str) -> torch.nn.Module:
+    flavour, overrides = RLT_MODELS[label]
+    data = {**FLAVOURS[flavour], "mup_base_width": 128}
+    for item in overrides:  # "model.key=value"
+        key, value = item.removeprefix("model.").split("=", 1)
+        data[key] = int(value)
+    return build_model(from_dict(families()[data["family"]].config, data, "model"), seed=0).train()
+
+
+def step(model: torch.nn.Module, batches: list) -> list[torch.Tensor]:
+    """Forward and backward of the batches as one: each bucket's mean loss weighted by its share of
+    the scored positions. Returns the gradients."""
+    scored = sum(int((y != MODEL_IGNORE).sum()) for _, y in batches)
+    model.zero_grad(set_to_none=True)
+    for x, y in batches:
+        (model(x, y).loss * (int((y != MODEL_IGNORE).sum()) / scored)).backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def measure(label: str, arms: dict[str, list], rounds: int) -> dict[str, tuple[float, float]]:
+    """arm -> (median seconds of a step, largest gradient difference from the padded arm / largest entry)."""
+    model = model_of(label)
+    reference = step(model, arms["padded"])
+    scale = max(float(g.abs().max()) for g in reference)
+    times = {arm: [] for arm in arms}
+    diffs = {arm: max(float((a - b).abs().max()) for a, b in zip(step(model, batches), reference)) / scale
+             for arm, batches in arms.items()}  # also the warm-up round
+    for r in range(rounds):
+        for arm in list(arms)[r % len(arms):] + list(arms)[:r % len(arms)]:  # rotated: load falls alike
+            start = time.perf_counter()
+            step(model, arms[arm])
+            times[arm].append(time.perf_counter() - start)
+    return {arm: (statistics.median(times[arm]), diffs[arm]) for arm in arms}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", default="parity", choices=("parity", "s5_swaps"))
+    parser.add_argument("--cap", type=int, default=16, help="the longest training length (data.task_train_max)")
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="batch 16, cap 6, one round")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.batch, args.cap, args.rounds = 16, 6, 1
+    torch.set_num_threads(1)
+    arms, share = plans(args.task, args.cap, args.batch)
+    print(f"{args.task} at lengths up to {args.cap}, batch {args.batch}: {share:.1%} of the padded batch's "
+          f"positions are padding; one thread, median of {args.rounds} rounds")
+    for label in RLT_MODELS:
+        result = measure(label, arms, args.rounds)
+        base = result["padded"][0]
+        cells = [f"{arm} {sec:.3f} s ({sec / base:.2f}x, grad diff {diff:.1e})" for arm, (sec, diff) in result.items()]
+        print(f"{label:14s} " + " | ".join(cells), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
