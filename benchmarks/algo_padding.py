@@ -10,10 +10,12 @@ A measurement for a decision (docs/families.md, "Time"), with no bar. The models
 (`rgpt_dist.studies.algorithmic.RLT_MODELS`: RLT-1 2 + 2, RLT-0 2 + 2, the Transformer 4, width 128,
 muP m = 1), on the first `--batch` training examples of the task capped at `--cap` (the length
 curriculum's stream). Timed: forward and backward of the whole batch (one thread; a warm-up round,
-then the median of `--rounds`), ratios to the padded batch. The bucketed loss weights each bucket
-by its scored positions, so it is the padded batch's loss; the largest gradient difference, relative
-to the largest gradient entry, is printed beside the time: rounding only, since causal models'
-scored positions never see the padding after them.
+then the median of `--rounds`), ratios to the padded batch. The loss is the study's
+(`train.loss_norm=example`: each example's mean over its scored positions, then the mean over
+examples), and the buckets, of equal size, are averaged as the trainer averages micro-batches, so
+together they give the padded batch's loss; the largest gradient difference, relative to the largest
+gradient entry, is printed beside the time: rounding only, since causal models' scored positions
+never see the padding after them.
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from rgpt_dist.algorithmic import IGNORE_INDEX, get_task, pad_examples  # noqa: 
 from rgpt_dist.algorithmic.capped import capped  # noqa: E402
 from rgpt_dist.algorithmic.loader import MODEL_IGNORE  # noqa: E402
 from rgpt_dist.models.flavours import FLAVOURS  # noqa: E402
+from rgpt_dist.models.layers import LayerFactory  # noqa: E402
 from rgpt_dist.models.spec import families  # noqa: E402
 from rgpt_dist.registry import build_model  # noqa: E402
 from rgpt_dist.sections import from_dict  # noqa: E402
@@ -65,16 +68,17 @@ def model_of(label: str) -> torch.nn.Module:
     for item in overrides:  # "model.key=value"
         key, value = item.removeprefix("model.").split("=", 1)
         data[key] = int(value)
-    return build_model(from_dict(families()[data["family"]].config, data, "model"), seed=0).train()
+    factory = LayerFactory()
+    factory.loss_norm = "example"  # the study's (configs/algorithmic/*.yaml), as rgpt_dist.train.run sets it
+    return build_model(from_dict(families()[data["family"]].config, data, "model"), factory=factory, seed=0).train()
 
 
 def step(model: torch.nn.Module, batches: list) -> list[torch.Tensor]:
-    """Forward and backward of the batches as one: each bucket's mean loss weighted by its share of
-    the scored positions. Returns the gradients."""
-    scored = sum(int((y != MODEL_IGNORE).sum()) for _, y in batches)
+    """Forward and backward of the batches (of equal size) as one optimizer step's micro-batches: their
+    losses averaged, as the trainer does. Returns the gradients."""
     model.zero_grad(set_to_none=True)
     for x, y in batches:
-        (model(x, y).loss * (int((y != MODEL_IGNORE).sum()) / scored)).backward()
+        (model(x, y).loss / len(batches)).backward()
     return [p.grad.clone() for p in model.parameters()]
 
 

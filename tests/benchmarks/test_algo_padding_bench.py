@@ -1,6 +1,7 @@
-"""benchmarks/algo_padding.py: length buckets give the padded batch's gradients up to fp32 rounding
-(parity scores one position per example, swaps-S5 every operation: the buckets are weighted by their
-scored positions), for each of the study's models, and every arm is timed."""
+"""benchmarks/algo_padding.py: length buckets averaged as micro-batches give the padded batch's
+gradients up to fp32 rounding under the study's per-example loss (parity scores one position per
+example, swaps-S5 every operation; a token mean would weight S5's buckets unequally), for each of the
+study's models, and every arm is timed."""
 import re
 
 import pytest
