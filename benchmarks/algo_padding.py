@@ -108,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.batch, args.cap, args.rounds = 16, 6, 1
+    if args.batch < 1 or args.batch % max(BUCKETS) or args.rounds < 1:
+        parser.error(f"--batch {args.batch} must be a positive multiple of {max(BUCKETS)} (equal buckets) and "
+                     f"--rounds {args.rounds} at least 1")
     torch.set_num_threads(1)
     arms, share = plans(args.task, args.cap, args.batch)
     print(f"{args.task} at lengths up to {args.cap}, batch {args.batch}: {share:.1%} of the padded batch's "
