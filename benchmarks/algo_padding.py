@@ -29,14 +29,14 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from rgpt_dist.algorithmic import IGNORE_INDEX, get_task, pad_examples  # noqa: E402
+from rgpt_dist.algorithmic import get_task, pad_examples  # noqa: E402
 from rgpt_dist.algorithmic.capped import capped  # noqa: E402
-from rgpt_dist.algorithmic.loader import MODEL_IGNORE  # noqa: E402
+from rgpt_dist.algorithmic.loader import to_tensors  # noqa: E402
 from rgpt_dist.models.flavours import FLAVOURS  # noqa: E402
 from rgpt_dist.models.layers import LayerFactory  # noqa: E402
 from rgpt_dist.models.spec import families  # noqa: E402
 from rgpt_dist.registry import build_model  # noqa: E402
-from rgpt_dist.sections import from_dict  # noqa: E402
+from rgpt_dist.sections import apply_overrides, from_dict  # noqa: E402
 from rgpt_dist.studies.algorithmic import RLT_MODELS  # noqa: E402
 
 BUCKETS = (2, 4, 8)
@@ -59,15 +59,12 @@ def plans(task: str, cap: int, batch: int) -> tuple[dict[str, list], float]:
 def _tensors(examples: list) -> tuple[torch.Tensor, torch.Tensor]:
     """(x, y) of the examples padded to their longest, as the trainer's loader gives them."""
     b = pad_examples(examples)
-    return torch.from_numpy(b.tokens), torch.from_numpy(np.where(b.targets == IGNORE_INDEX, MODEL_IGNORE, b.targets))
+    return to_tensors(b.tokens, b.targets)
 
 
 def model_of(label: str) -> torch.nn.Module:
     flavour, overrides = RLT_MODELS[label]
-    data = {**FLAVOURS[flavour], "mup_base_width": 128}
-    for item in overrides:  # "model.key=value"
-        key, value = item.removeprefix("model.").split("=", 1)
-        data[key] = int(value)
+    data = apply_overrides({"model": {**FLAVOURS[flavour], "mup_base_width": 128}}, list(overrides))["model"]
     factory = LayerFactory()
     factory.loss_norm = "example"  # the study's (configs/algorithmic/*.yaml), as rgpt_dist.train.run sets it
     return build_model(from_dict(families()[data["family"]].config, data, "model"), factory=factory, seed=0).train()

@@ -47,7 +47,8 @@ class Growth:
     steps: int
 
 
-def _tensors(tokens: np.ndarray, targets: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+def to_tensors(tokens: np.ndarray, targets: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """A padded batch's arrays as the trainer's (x, y): IGNORE_INDEX targets become MODEL_IGNORE."""
     y = np.where(targets == IGNORE_INDEX, MODEL_IGNORE, targets)
     return torch.from_numpy(np.ascontiguousarray(tokens)), torch.from_numpy(np.ascontiguousarray(y))
 
@@ -107,7 +108,7 @@ class TaskLoader:
 
     def batch(self, step: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
         b = make_batch(self.task, "train", self.indices(step, micro), None, self.seq_len)
-        return _tensors(b.tokens, b.targets)
+        return to_tensors(b.tokens, b.targets)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         while True:
@@ -169,7 +170,7 @@ def validation_batches(task: str, seq_len: int, micro_batch_size: int, dp: int,
     out = []
     for chunk in rank_batches(pool, micro_batch_size, dp, dp_rank):
         b = pad_examples([t.example("val", i, length) for length, i in chunk], seq_len)
-        out.append(_tensors(b.tokens, b.targets))
+        out.append(to_tensors(b.tokens, b.targets))
     return out
 
 
