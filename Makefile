@@ -78,7 +78,7 @@ phi: vocab  ## the looped scaling law's iso-depth sweep at CPU scale, and the fi
 	$(CORPUS)
 	$(STUDY) phi run --data data/python-stdlib --out runs/phi
 
-algorithmic: venv  ## parity and s5_swaps with the debug Transformer, three seeds each: train, evaluate, table
+algorithmic: venv  ## parity and s5_swaps with the debug Transformer, three seeds each (8 minutes; records in results/algorithmic)
 	$(STUDY) algorithmic run --out runs/algorithmic
 
 rlt: venv  ## the RLT study at CPU scale, parity and swaps-S5, three seeds (79 minutes on 2 cores; records in results/rlt)

@@ -6,6 +6,7 @@ table in the docs that its records do not give fails here.
     results/rlt/           make rlt: docs/families.md's per-seed parity and swaps-S5 tables
     results/rlt-first-machine/, results/rlt-float-path/  make rlt's parity runs on other float paths
     results/thinking/      make thinking: docs/thinking.md's frontier
+    results/algorithmic/   make algorithmic: docs/algorithmic.md's table
 """
 import json
 import re
@@ -170,3 +171,40 @@ def test_the_thinking_frontier_is_its_records(tmp_path):
     start = doc.index("| difficulty \\ steps |")
     documented = [line for line in doc[start:].split("\n\n")[0].splitlines() if re.match(r"\| \d+ ", line)]
     assert documented and documented == rebuilt
+
+
+def _report_tables(md: str) -> dict[str, dict[str, dict[str, str]]]:
+    """A study report's tables: section heading -> first cell of each body row -> header -> cell."""
+    tables: dict[str, dict[str, dict[str, str]]] = {}
+    heading, header = "", None
+    for line in md.splitlines():
+        if line.startswith("## "):
+            heading, header = line[3:], None
+        elif line.startswith("|") and not line.startswith("|---"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if header is None:
+                header = cells
+            else:
+                tables.setdefault(heading, {})[cells[0]] = dict(zip(header, cells))
+        elif not line.strip():
+            header = None
+    return tables
+
+
+def test_the_algorithmic_table_is_its_records(tmp_path):
+    """make algorithmic (the Transformer 4 at CPU scale, results/algorithmic): docs/algorithmic.md's table
+    is the report's cells at its lengths, rebuilt from the records."""
+    runs = study("algorithmic").plan("cpu")
+    assert sorted(p.name for p in (RESULTS / "algorithmic").iterdir()) == sorted(r.name for r in runs)
+    report = study("algorithmic").report(Context(out=_restored("algorithmic", tmp_path)), runs)
+    tables = _report_tables(report["md"].read_text())
+    in_dist = next(v for k, v in tables.items() if k.startswith("In-distribution"))
+    model = next(h for h in in_dist["Parity"] if h != "Task")
+    row = next(iter(tables["Parity: final-label / final-state accuracy"].values()))
+    s5 = next(iter(tables["S5, swaps: final-label / final-state accuracy"].values()))
+    token = next(iter(next(v for k, v in tables.items() if k.startswith("S5, swaps: token")).values()))
+    lengths = ("32", "64", "256", "512")
+    want = [["Parity", in_dist["Parity"][model], *(row.get(n, "") for n in lengths)],
+            ["S5, swaps (final state)", in_dist["S5, swaps"][model], *(s5[n] for n in lengths)],
+            ["S5, swaps (prefix token)", "", *(token[n] for n in lengths)]]
+    assert _table_rows("algorithmic.md", "| Task (test length) | in-distribution validation |") == want

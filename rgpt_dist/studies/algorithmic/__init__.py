@@ -100,6 +100,7 @@ class Algorithmic(_AlgorithmicStudy):
     name = "algorithmic"
     summary = "parity and swaps-S5 with the debug Transformer, three seeds each: train, evaluate, table"
     reproduces = "the protocol end to end with the Transformer baseline at CPU scale (docs/algorithmic.md)"
+    record = "results/algorithmic"
 
     def plan(self, preset: str) -> list[Run]:
         """Parity and swaps-S5 interleaved (the two lanes train one of each), seeds 42, 43, 44."""
