@@ -17,7 +17,7 @@ Sections, in run order (keys of "sections" in $OUT/gpu_suite.json; OUT defaults 
                        no cache: latency, ratio to dense, peak memory
   compile              recurrent train step at r = R, torch.compile (default mode) vs eager: first-step
                        (compile) s, speedup, graph breaks
-  generation_compiled  dense vs recurrent `full` generate() with compiled forwards (dynamic=True)
+  generation_compiled  every cached arm's generate() with a compiled fixed-shape decode step (compile_backend)
 Each section runs in try/except (error recorded, next section runs); the budget is checked before each and
 a SIGALRM at its end (or the section's cap) interrupts whatever runs; the JSON is rewritten before and
 after every section. Without CUDA (and without --quick) every section but environment is skipped.
