@@ -27,8 +27,8 @@ PRESETS: dict[str, dict[str, Any]] = {
             "max_steps": 100, "warmup_steps": 10, "lr": 2e-3, "min_lr": 2e-4, "eval_batches": 4},
     # issue #29: about 10x "cpu"'s tokens (500 steps of 32 x 128 = 2,048,000 per run) at twice the width,
     # every model at both seeds, checkpoints every 50 steps, in the paper's bf16 autocast (1.2x fp32's
-    # speed on an avx512_bf16 CPU): about 7 hours on 2 cores, finished runs kept across machines
-    # (rgpt_dist.studies.records)
+    # speed on an avx512_bf16 CPU): about 4.5 hours on 2 cores (results/compare-long), finished runs kept
+    # across machines (rgpt_dist.studies.records)
     "long": {"d_model": 128, "n_head": 4, "seq_len": 128, "micro_batch_size": 8, "global_batch_size": 32,
              "max_steps": 500, "warmup_steps": 50, "lr": 2e-3, "min_lr": 2e-4, "eval_batches": 16,
              "checkpoint_every": 50, "eval_every": 100, "every_seed": True, "dtype": "bf16-autocast"},

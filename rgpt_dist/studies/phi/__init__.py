@@ -35,7 +35,7 @@ RECURRENCES = (1, 2, 4)
 WIDTHS = {32: 2, 48: 3, 64: 4}  # d_model -> heads (head_dim 16)
 CORE_BLOCKS = 4  # n_rec x r = 4: iso-depth
 BUDGETS = (0.9e12, 1.8e12, 3.6e12)
-"""Training FLOPs per run: about 25, 50 and 100 steps of 8 x 128 tokens at d = 64 (the head included)."""
+"""Training FLOPs per run: about 40, 80 and 160 steps of 8 x 128 tokens at d = 64 (the head included)."""
 SEQ_LEN, BATCH = 128, 8
 SEED = 1337
 
