@@ -58,7 +58,7 @@ quickstart-eval: vocab  ## export the quickstart checkpoint; early-exit curve, A
 STUDY = $(CPU_ENV) .venv/bin/rgpt study
 CORPUS = test -f data/python-stdlib/manifest.json || \
 	  .venv/bin/rgpt prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
-compare: vocab  ## the six models of one scaled-down Table 1 cell, and the report (~13 min)
+compare: vocab  ## the six models of one scaled-down Table 1 cell, and the report (13-19 min; records in results/compare)
 	$(CORPUS)
 	$(STUDY) compare run --data data/python-stdlib --out runs/compare
 

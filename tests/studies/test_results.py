@@ -7,6 +7,7 @@ table in the docs that its records do not give fails here.
     results/rlt-first-machine/, results/rlt-float-path/  make rlt's parity runs on other float paths
     results/thinking/      make thinking: docs/thinking.md's frontier
     results/algorithmic/   make algorithmic: docs/algorithmic.md's table
+    results/compare/, results/ablation/  make compare, make ablation: docs/evaluation.md's CPU tables
 """
 import json
 import re
@@ -208,3 +209,64 @@ def test_the_algorithmic_table_is_its_records(tmp_path):
             ["S5, swaps (final state)", in_dist["S5, swaps"][model], *(s5[n] for n in lengths)],
             ["S5, swaps (prefix token)", "", *(token[n] for n in lengths)]]
     assert _table_rows("algorithmic.md", "| Task (test length) | in-distribution validation |") == want
+
+
+def _rows_by_run(name: str, tmp_path: Path) -> dict[str, dict]:
+    runs = study(name).plan("cpu")
+    assert sorted(p.name for p in (RESULTS / name).iterdir()) == sorted(r.name for r in runs)
+    rows = {r["name"]: r for r in summarize(_restored(name, tmp_path), stale_after_s=None)}
+    assert all(r["status"] == "finished" for r in rows.values())
+    return rows
+
+
+def _wall(name: str, run: str) -> str:
+    return f"{round(json.loads((RESULTS / name / run / 'record.json').read_text())['wall_s'])} s"
+
+
+COMPARE_ROWS = {"GPT-2": "gpt2-small-seed1337", "MoR": "mor-small-isoflops-seed1337",
+                "Heavy-tail Poisson": "poisson-small-isoflops-seed1337", "Ouro": "ouro-small-isoflops-seed1337",
+                "RRT": "rrt-small-isoflops-seed1337", "RecurrentGPT (seed 1337)": "recurrentgpt-small-isoflops-seed1337",
+                "RecurrentGPT (seed 42)": "recurrentgpt-small-isoflops-seed42"}
+
+
+def test_the_compare_table_is_its_records(tmp_path):
+    """make compare (results/compare): docs/evaluation.md's per-model row (layout, parameters, training
+    GFLOPs per token, the loss at R and its difference from the dense run, the early exit at r = 0, 1,
+    2, 5, 10, the run's wall time) is its record's."""
+    rows = _rows_by_run("compare", tmp_path)
+    doc = _table_rows("evaluation.md", "| method | layout | params | train GFLOPs/token |")
+    assert [row[0] for row in doc] == list(COMPARE_ROWS)
+    for method, layout, params, gflops, loss, delta, early, wall in doc:
+        r = rows[COMPARE_ROWS[method]]
+        exits = "" if r["early_exit"] is None else " ".join(f"{r['early_exit'][k]:.3f}" for k in (0, 1, 2, 5, 10))
+        want = [r["layout"], f"{r['params'] / 1e6:.2f}M", f"{r['train_flops_per_token'] / 1e9:.4f}",
+                f"{r['val_loss']:.4f}", "" if r["delta_vs_dense"] is None else f"{r['delta_vs_dense']:+.4f}",
+                exits, _wall("compare", COMPARE_ROWS[method])]
+        assert [layout, params, gflops, loss, delta, early, wall] == want, method
+
+
+ABLATION_ROWS = {  # docs/evaluation.md's row -> (run, the row it is compared with)
+    "1 dense": ("gpt2-small-20k", None),
+    "2 recurrence alone (`h = core(h)`)": ("ablation-fig5-2-recurrence", "gpt2-small-20k"),
+    "3 + prelude / coda": ("ablation-fig5-3-prelude-coda", "ablation-fig5-2-recurrence"),
+    "4 + state noise (every step)": ("ablation-fig5-4-state-noise", "ablation-fig5-3-prelude-coda"),
+    "4b + state noise at initialisation only": ("ablation-fig5-4b-noise-at-init", "ablation-fig5-3-prelude-coda"),
+    "5 + prelude re-injection": ("ablation-fig5-5-reinjection", "ablation-fig5-4-state-noise"),
+    "6 + gate (the full model, seed 1337)": ("recurrentgpt-small-isoflops-20k", "ablation-fig5-5-reinjection"),
+    "6, seed 42": ("ablation-b1-seed42-recurrentgpt", None)}
+
+
+def test_the_ablation_table_is_its_records(tmp_path):
+    """make ablation (results/ablation): docs/evaluation.md's Fig. 5 rows at CPU scale, the loss at R of
+    each row's run and its differences from the row before it and from the dense run."""
+    rows = _rows_by_run("ablation", tmp_path)
+    doc = _table_rows("evaluation.md", "| row | layout | val loss |")
+    assert [row[0] for row in doc] == list(ABLATION_ROWS)
+    dense = rows["gpt2-small-20k"]["val_loss"]
+    for label, layout, loss, vs_previous, vs_dense in doc:
+        run, previous = ABLATION_ROWS[label]
+        r = rows[run]
+        assert [layout, loss] == [r["layout"], f"{r['val_loss']:.4f}"], label
+        want_previous = "" if previous is None else f"{r['val_loss'] - rows[previous]['val_loss']:+.4f}"
+        assert vs_previous.split(" (")[0] == want_previous, label
+        assert vs_dense == ("" if run == "gpt2-small-20k" else f"{r['val_loss'] - dense:+.4f}"), label

@@ -53,10 +53,11 @@ def overrides(run: Run, preset: str, data: str, out: str | Path) -> list[str]:
 
 class Compare(LanguageModelStudy):
     name = "compare"
-    summary = "the six models of one scaled-down Table 1 cell, and the report (about 13 min on 2 cores)"
+    summary = "the six models of one scaled-down Table 1 cell, and the report (13-19 min on 2 cores)"
     reproduces = ("Table 1's small isoFLOPs cell at d = 64 and 100 steps: the pipeline and each model's loss, "
                   "not the paper's ordering (one seed but RecurrentGPT's; the spread is as large as most gaps)")
     presets = ("cpu", "long", "quick")
+    record: str | None = "results/compare"
 
     def plan(self, preset: str) -> list[Run]:
         return plan(every_seed=bool(PRESETS[preset].get("every_seed")))
