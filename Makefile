@@ -58,7 +58,7 @@ quickstart-eval: vocab  ## export the quickstart checkpoint; early-exit curve, A
 STUDY = $(CPU_ENV) .venv/bin/rgpt study
 CORPUS = test -f data/python-stdlib/manifest.json || \
 	  .venv/bin/rgpt prep python-stdlib --out data/python-stdlib --seq-len 128 --workers 2
-compare: vocab  ## the six models of one scaled-down Table 1 cell, and the report (13-19 min; records in results/compare)
+compare: vocab  ## the six models of one scaled-down Table 1 cell and the report (13-19 min; results/compare)
 	$(CORPUS)
 	$(STUDY) compare run --data data/python-stdlib --out runs/compare
 
@@ -70,7 +70,7 @@ compare-rt: vocab  ## the Recurrent Transformer against its dense partner, two s
 	$(CORPUS)
 	$(STUDY) rt-compare run --data data/python-stdlib --out runs/compare-rt
 
-ablation: vocab  ## the paper's sequential component ablation at CPU scale
+ablation: vocab  ## the paper's sequential component ablation at CPU scale (10-13 min; records in results/ablation)
 	$(CORPUS)
 	$(STUDY) ablation run --data data/python-stdlib --out runs/ablation
 
@@ -78,7 +78,7 @@ phi: vocab  ## the looped scaling law's iso-depth sweep at CPU scale, and the fi
 	$(CORPUS)
 	$(STUDY) phi run --data data/python-stdlib --out runs/phi
 
-algorithmic: venv  ## parity and s5_swaps with the debug Transformer, three seeds each (8 minutes; records in results/algorithmic)
+algorithmic: venv  ## parity and s5_swaps, the debug Transformer, three seeds (8 min; records in results/algorithmic)
 	$(STUDY) algorithmic run --out runs/algorithmic
 
 rlt: venv  ## the RLT study at CPU scale, parity and swaps-S5, three seeds (79 minutes on 2 cores; records in results/rlt)

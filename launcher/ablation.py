@@ -1,7 +1,7 @@
 """Train the rows of the paper's sequential ablation (Fig. 5) on a scaled-down small cell and report:
 `rgpt study ablation run` under its former name.
 
-    make ablation                                                   # about 10 minutes on 2 cores
+    make ablation                                                   # 10-13 minutes on 2 cores
     .venv/bin/python launcher/ablation.py --data data/python-stdlib --out runs/ablation
     .venv/bin/python launcher/ablation.py --data DATA --out OUT --preset quick       # smoke run
 

@@ -42,7 +42,7 @@ def overrides(run: Run, preset: str, data: str, out: str | Path) -> list[str]:
 
 class Ablation(LanguageModelStudy):
     name = "ablation"
-    summary = "the paper's sequential component ablation (Fig. 5) at CPU scale (about 10 min on 2 cores)"
+    summary = "the paper's sequential component ablation (Fig. 5) at CPU scale (10-13 min on 2 cores)"
     reproduces = "Fig. 5's rows through the real trainer at d = 64: the pipeline, not the paper's deltas"
     record = "results/ablation"
 
