@@ -48,9 +48,7 @@ def _restored(name: str, tmp_path: Path) -> Path:
 
 def test_the_long_comparisons_ordering_is_its_records(tmp_path):
     runs = study("compare-long").plan("long")
-    assert sorted(p.name for p in (RESULTS / "compare-long").iterdir()) == sorted(r.name for r in runs)
-    rows = {r["name"]: r for r in summarize(_restored("compare-long", tmp_path), stale_after_s=None)}
-    assert all(r["status"] == "finished" for r in rows.values())
+    rows = _rows_by_run("compare-long", tmp_path, preset="long")
     by_method: dict[str, dict[int, dict]] = {}
     for run in runs:
         by_method.setdefault(rows[run.name]["method"], {})[run.seed] = rows[run.name]
@@ -211,8 +209,9 @@ def test_the_algorithmic_table_is_its_records(tmp_path):
     assert _table_rows("algorithmic.md", "| Task (test length) | in-distribution validation |") == want
 
 
-def _rows_by_run(name: str, tmp_path: Path) -> dict[str, dict]:
-    runs = study(name).plan("cpu")
+def _rows_by_run(name: str, tmp_path: Path, preset: str = "cpu") -> dict[str, dict]:
+    """The grid rows of results/<name> by run name: every planned run recorded, and finished."""
+    runs = study(name).plan(preset)
     assert sorted(p.name for p in (RESULTS / name).iterdir()) == sorted(r.name for r in runs)
     rows = {r["name"]: r for r in summarize(_restored(name, tmp_path), stale_after_s=None)}
     assert all(r["status"] == "finished" for r in rows.values())
