@@ -74,7 +74,7 @@ ablation: vocab  ## the paper's sequential component ablation at CPU scale (10-1
 	$(CORPUS)
 	$(STUDY) ablation run --data data/python-stdlib --out runs/ablation
 
-phi: vocab  ## the looped scaling law's iso-depth sweep at CPU scale, and the fit of phi
+phi: vocab  ## the looped scaling law's iso-depth sweep at CPU scale, and the fit of phi (18 min; records in results/phi)
 	$(CORPUS)
 	$(STUDY) phi run --data data/python-stdlib --out runs/phi
 

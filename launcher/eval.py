@@ -8,7 +8,7 @@
     rgpt-eval lm-eval exports/x --tasks rgpt_example --depths 1,4,8 --out eval/x   # accuracy vs R*
     rgpt-eval lm-eval exports/x --tasks hellaswag,arc_easy --out eval/x   # standard tasks (downloads data)
     rgpt-eval grid runs --out results                                     # Table 1 layout over a runs dir
-    rgpt-eval phi runs/phi-rgpt-* --out results/phi                       # the looped scaling law's phi
+    rgpt-eval phi runs/phi-rgpt-* --out results/phi-rgpt                  # the looped scaling law's phi
     rgpt-eval phi runs --study trunc --out results/phi-trunc                # a case study against its baseline
     rgpt-eval phi --group 'a=runs/x-*' --group 'b=runs/y-*,runs/z-*' --out results/ab   # any two groups
 

@@ -8,8 +8,10 @@ table in the docs that its records do not give fails here.
     results/thinking/      make thinking: docs/thinking.md's frontier
     results/algorithmic/   make algorithmic: docs/algorithmic.md's table
     results/compare/, results/ablation/  make compare, make ablation: docs/evaluation.md's CPU tables
+    results/phi/           make phi: docs/evaluation.md's fit of phi at CPU scale
 """
 import json
+import math
 import re
 import shutil
 import statistics
@@ -269,3 +271,46 @@ def test_the_ablation_table_is_its_records(tmp_path):
         want_previous = "" if previous is None else f"{r['val_loss'] - rows[previous]['val_loss']:+.4f}"
         assert vs_previous.split(" (")[0] == want_previous, label
         assert vs_dense == ("" if run == "gpt2-small-20k" else f"{r['val_loss'] - dense:+.4f}"), label
+
+
+def _stands_for(shown: str, value: float, spread: float = 1e-6) -> bool:
+    """A number as the docs show it stands for `value`: within half a unit of its last digit, plus
+    `spread` of the value for the fit's own spread over float paths. L-BFGS-B stops at a tolerance:
+    under numpy without AVX-512 and OpenBLAS's Sandy Bridge kernels the full-data fits' numbers moved
+    by under 2e-8 of themselves (the default spread, 1e-6), the bootstrap intervals' ends by under
+    4e-5 (INTERVAL_SPREAD)."""
+    decimals = len(shown.split(".")[1]) if "." in shown else 0
+    return abs(float(shown) - value) <= 0.5 * 10 ** -decimals + spread * abs(value)
+
+
+INTERVAL_SPREAD = 1e-4
+
+
+def test_the_phi_fit_is_its_records(tmp_path):
+    """make phi (results/phi): the law refitted from the 27 records by the study's own report gives
+    docs/evaluation.md's table (each fit's phi, alpha, beta and E, the free fit's intervals, R^2), the
+    loss ranges of the smallest and largest budgets, and the two Huber sums the text compares."""
+    runs = study("phi").plan("cpu")
+    assert sorted(p.name for p in (RESULTS / "phi").iterdir()) == sorted(r.name for r in runs)
+    fit = json.loads(study("phi").report(Context(out=_restored("phi", tmp_path)), runs)["json"].read_text())
+    assert len(fit["observations"]) == len(runs)
+    doc = _table_rows("evaluation.md", "| fit | phi [95% CI] | alpha | beta | E | R^2 (log L) |")
+    assert [row[0] for row in doc] == ["phi free", "phi = 0", "phi = 1"]
+    for name, *cells, r2 in doc:
+        law, intervals = fit["fits"][name], fit["intervals"].get(name, {})
+        for cell, param in zip(cells, ("phi", "alpha", "beta", "E")):
+            shown = re.findall(r"-?\d+(?:\.\d+)?", cell.split(" (")[0])
+            want = [law[param], *intervals[param]] if len(shown) > 1 else [law[param]]
+            spread = [1e-6, INTERVAL_SPREAD, INTERVAL_SPREAD][:len(want)]
+            assert len(shown) == len(want) and all(map(_stands_for, shown, want, spread)), (name, param, cell)
+        assert _stands_for(r2, fit["r2"][name]), (name, r2)
+        assert law["E"] == pytest.approx(math.exp(-3), rel=1e-9)  # "the box's bound": e = log E at -3
+    text = " ".join((ROOT / "docs" / "evaluation.md").read_text().split())
+    budgets = sorted({o["budget"] for o in fit["observations"]}, key=float)  # a cell label, "8.92e+11"
+    for where, budget in (("smallest budget", budgets[0]), ("largest", budgets[-1])):
+        lo, hi = re.search(rf"(\d\.\d+)-(\d\.\d+) at the {where}", text).groups()
+        losses = [o["loss"] for o in fit["observations"] if o["budget"] == budget]
+        assert _stands_for(lo, min(losses)) and _stands_for(hi, max(losses)), where
+    free, one = re.search(r"the free fit is lower: ([\d.]+) against ([\d.]+)", text).groups()
+    assert _stands_for(free, fit["fits"]["phi free"]["objective"])
+    assert _stands_for(one, fit["fits"]["phi = 1"]["objective"])

@@ -75,9 +75,11 @@ def plan() -> list[Run]:
 class Phi(LanguageModelStudy):
     name = "phi"
     summary = "the looped scaling law's iso-depth sweep at CPU scale (27 runs), and the fit of phi"
-    reproduces = "the sweep-and-fit pipeline with its interval; not a measurement of phi (docs/evaluation.md)"
+    reproduces = ("the sweep-and-fit pipeline with its interval; not a measurement of phi (recorded in results/phi; "
+                  "docs/evaluation.md)")
     presets = ("cpu",)
     default_nproc, default_jobs = 1, 2
+    record = "results/phi"
 
     def plan(self, preset: str) -> list[Run]:
         return plan()
