@@ -9,6 +9,8 @@ table in the docs that its records do not give fails here.
     results/algorithmic/   make algorithmic: docs/algorithmic.md's table
     results/compare/, results/ablation/  make compare, make ablation: docs/evaluation.md's CPU tables
     results/phi/           make phi: docs/evaluation.md's fit of phi at CPU scale
+    results/quickstart-eval/, results/compare-diagnostics/  the JSON files of `make quickstart-eval` and of
+                           Appendix E on make compare's RecurrentGPT: README.md's and docs/evaluation.md's figures
 """
 import json
 import math
@@ -314,3 +316,68 @@ def test_the_phi_fit_is_its_records(tmp_path):
     free, one = re.search(r"the free fit is lower: ([\d.]+) against ([\d.]+)", text).groups()
     assert _stands_for(free, fit["fits"]["phi free"]["objective"])
     assert _stands_for(one, fit["fits"]["phi = 1"]["objective"])
+
+
+def _analyses(name: str) -> dict[str, dict]:
+    """results/<name>/: each NAME.json that an evaluation command wrote there."""
+    return {p.stem: json.loads(p.read_text()) for p in (RESULTS / name).glob("*.json")}
+
+
+APPENDIX_E = ["attention", "diagnostics", "difficulty", "effective_rank", "forced_gate", "frequency",
+              "gate_attribution", "projection", "top_tokens", "update_dynamics"]
+
+
+def test_the_quickstart_evaluation_is_its_outputs():
+    """README.md's early-exit row, gate level and lm-eval range for the quickstart checkpoint are those
+    of `make quickstart-eval`'s JSON files kept in results/quickstart-eval/."""
+    q = _analyses("quickstart-eval")
+    assert sorted(q) == sorted([*APPENDIX_E, "early_exit", "lm_eval_results"])  # E.4 needs a dense model
+    readme = (ROOT / "README.md").read_text()
+    losses = [row["loss"] for row in sorted(q["early_exit"], key=lambda row: row["depth"])]
+    assert [row["depth"] for row in q["early_exit"]] == list(range(9))
+    assert "| validation loss | " + " | ".join(f"{x:.4f}" for x in losses) + " |" in readme
+    text = " ".join(readme.split())
+    assert f"the curve spans {max(losses) - min(losses):.3f} nats" in text
+    assert {f"{g:.2f}" for g in q["diagnostics"]["gate_mean"][1:]} == {"0.98"} and "gates stay near 0.98" in text
+    acc = [run["tasks"]["rgpt_example"] for run in q["lm_eval_results"]["runs"]]
+    assert all(a["acc"] == a["own_acc"] for a in acc)   # "lm-eval and our own scoring agreeing"
+    assert f"gives {min(a['acc'] for a in acc):.3f}-{max(a['acc'] for a in acc):.3f} accuracy" in text
+
+
+def test_the_appendix_e_figures_are_their_outputs():
+    """docs/evaluation.md's Appendix E figures on the quickstart checkpoint and on make compare's
+    RecurrentGPT are those of the analyses' JSON files kept in results/quickstart-eval/ and
+    results/compare-diagnostics/."""
+    text = " ".join((ROOT / "docs" / "evaluation.md").read_text().split())
+    q = _analyses("quickstart-eval")
+    fg, ud, dif, er = q["forced_gate"], q["update_dynamics"], q["difficulty"], q["effective_rank"]
+    assert fg["loss_gate1"] == fg["loss_prelude"] and fg["r"] == 4
+    shown = [f"gate = 1 gives {fg['loss_gate1']:.4f}, exactly the prelude-only loss; gate = 0 gives "
+             f"{fg['loss_gate0']:.3f}; the trained gate {fg['loss'][4]:.4f} at r = 4 and {fg['loss'][8]:.4f} at r = 8",
+             f"the proposal norm is flat ({ud['proposal_norm'][1]:.2f} to {ud['proposal_norm'][-1]:.2f}",
+             f"the applied update halves ({ud['update_norm'][1]:.3f} to {ud['update_norm'][-1]:.3f}), cos(o, h) grows "
+             f"from {ud['proposal_cos'][1]:.2f} to {ud['proposal_cos'][-1]:.2f}",
+             f"(R^2 = {dif['r2']:.2f}; paper 0.998)",
+             f"clearly negative, {min(dif['gate_corr'][1:]):.3f} to {max(dif['gate_corr'][1:]):.3f}",
+             f"grows {er['state_rank'][0]:.3f} to {er['state_rank'][-1]:.3f}, the late-update subspace has "
+             f"{er['delta_rank']:.3f}, above it"]
+    steps = q["gate_attribution"]["steps"]
+    shown.append(f"stays near half ({100 * steps[0]['share_state']:.1f}% to {100 * steps[-1]['share_state']:.1f}%")
+    shown.append(f"the leading singular values of W_x and W_h differ by {100 * (q['gate_attribution']['leading_ratio'] - 1):.0f}%")
+    shown.append(f"aligned (mean row cosine {q['projection']['cosine_mean']:+.2f})")
+    attention = q["attention"]
+    assert attention["class_counts"] == {"local/sharp": 0, "previous-token": 0, "self": 0, "broadcast": 0, "general": 4}
+    assert {f"{e:.2f}" for e in attention["mean_entropy"]} == {"3.75"}
+    shown.append("E.9: 4 core heads, all general, entropy 3.75 nats at every step")
+    assert all(abs(band["recovery"]) < 0.005 for band in q["frequency"]["bands"])
+    shown.append("E.10: recovery under 0.5% in every band")
+    c = _analyses("compare-diagnostics")
+    assert sorted(c) == sorted([*APPENDIX_E, "dense_cka"])
+    cka, cfg = c["dense_cka"], c["forced_gate"]
+    assert set(cka["best_layer"]) == {3} and len(cka["best_layer"]) == cfg["r"] + 1 == 11   # steps 0..10
+    assert cfg["loss_gate1"] < cfg["loss"][cfg["r"]]
+    shown += [f"the fixed-point delta is {c['effective_rank']['fixed_point_delta'][1]:.3f} at the first step",
+              f"gate = 1 ({cfg['loss_gate1']:.4f}) is below the trained gate ({cfg['loss'][cfg['r']]:.4f})",
+              f"matches dense layer 3 best (CKA {min(cka['best_cka']):.3f}-{max(cka['best_cka']):.3f})"]
+    for claim in shown:
+        assert claim in text, claim
