@@ -316,6 +316,19 @@ def test_the_phi_fit_is_its_records(tmp_path):
     free, one = re.search(r"the free fit is lower: ([\d.]+) against ([\d.]+)", text).groups()
     assert _stands_for(free, fit["fits"]["phi free"]["objective"])
     assert _stands_for(one, fit["fits"]["phi = 1"]["objective"])
+    by_cell: dict[tuple[str, str], dict[str, float]] = {}   # (width, budget) -> r -> loss
+    for o in fit["observations"]:
+        r, width, budget = re.fullmatch(r"phi-cpu-r(\d)-d(\d+)-c(.+)", Path(o["run"]).name).groups()
+        by_cell.setdefault((width, budget), {})[r] = o["loss"]
+    spread = re.search(r"the three r differ by at most ([\d.]+) nats", text).group(1)
+    assert _stands_for(spread, max(max(v.values()) - min(v.values()) for v in by_cell.values()))
+    for budget in {b for _, b in by_cell}:   # "the narrowest model has the lowest loss, beats the widest at every r"
+        assert min(by_cell["32", budget].values()) == min(x for (_, b), v in by_cell.items() if b == budget
+                                                          for x in v.values())
+        assert all(by_cell["32", budget][r] < by_cell["64", budget][r] for r in by_cell["32", budget])
+    law, (lo, hi) = fit["fits"]["phi free"], fit["intervals"]["phi free"]["phi"]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"phi {law['phi']:.3f} with a 95 % interval of [{lo:.2f}, {hi:.2f}]" in readme
 
 
 def _analyses(name: str) -> dict[str, dict]:
@@ -350,6 +363,10 @@ def test_the_appendix_e_figures_are_their_outputs():
     results/compare-diagnostics/."""
     text = " ".join((ROOT / "docs" / "evaluation.md").read_text().split())
     q = _analyses("quickstart-eval")
+    cfg = yaml.safe_load((RESULTS / "quickstart-eval" / "config.yaml").read_text())
+    model = cfg["model"]
+    layout = f"{model['n_pre']}+{model['n_rec']}x{model['n_loops']}+{model['n_coda']}"
+    assert f"{cfg['train']['max_steps']} steps, {layout}, d = {model['d_model']}" in text
     fg, ud, dif, er = q["forced_gate"], q["update_dynamics"], q["difficulty"], q["effective_rank"]
     assert fg["loss_gate1"] == fg["loss_prelude"] and fg["r"] == 4
     shown = [f"gate = 1 gives {fg['loss_gate1']:.4f}, exactly the prelude-only loss; gate = 0 gives "
@@ -361,9 +378,9 @@ def test_the_appendix_e_figures_are_their_outputs():
              f"clearly negative, {min(dif['gate_corr'][1:]):.3f} to {max(dif['gate_corr'][1:]):.3f}",
              f"grows {er['state_rank'][0]:.3f} to {er['state_rank'][-1]:.3f}, the late-update subspace has "
              f"{er['delta_rank']:.3f}, above it"]
-    steps = q["gate_attribution"]["steps"]
+    steps, ratio = q["gate_attribution"]["steps"], q["gate_attribution"]["leading_ratio"]
     shown.append(f"stays near half ({100 * steps[0]['share_state']:.1f}% to {100 * steps[-1]['share_state']:.1f}%")
-    shown.append(f"the leading singular values of W_x and W_h differ by {100 * (q['gate_attribution']['leading_ratio'] - 1):.0f}%")
+    shown.append(f"the leading singular values of W_x and W_h differ by {100 * (ratio - 1):.0f}%")
     shown.append(f"aligned (mean row cosine {q['projection']['cosine_mean']:+.2f})")
     attention = q["attention"]
     assert attention["class_counts"] == {"local/sharp": 0, "previous-token": 0, "self": 0, "broadcast": 0, "general": 4}
@@ -374,6 +391,8 @@ def test_the_appendix_e_figures_are_their_outputs():
     c = _analyses("compare-diagnostics")
     assert sorted(c) == sorted([*APPENDIX_E, "dense_cka"])
     cka, cfg = c["dense_cka"], c["forced_gate"]
+    run = yaml.safe_load((RESULTS / "compare" / COMPARE_ROWS["RecurrentGPT (seed 1337)"] / "config.yaml").read_text())
+    assert f"(1+1x{run['model']['n_loops']}+1, {run['train']['max_steps']} steps, the run of `results/compare/`" in text
     assert set(cka["best_layer"]) == {3} and len(cka["best_layer"]) == cfg["r"] + 1 == 11   # steps 0..10
     assert cfg["loss_gate1"] < cfg["loss"][cfg["r"]]
     shown += [f"the fixed-point delta is {c['effective_rank']['fixed_point_delta'][1]:.3f} at the first step",
