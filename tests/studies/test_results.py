@@ -50,6 +50,16 @@ def _restored(name: str, tmp_path: Path) -> Path:
     return out
 
 
+def _recorded(name: str, runs: list) -> None:
+    """results/<name> holds a record of every planned run, and nothing else."""
+    assert sorted(p.name for p in (RESULTS / name).iterdir()) == sorted(r.name for r in runs)
+
+
+def _flat(path: Path) -> str:
+    """A Markdown file's text with every run of whitespace as one space (claims wrap across lines)."""
+    return " ".join(path.read_text().split())
+
+
 def test_the_long_comparisons_ordering_is_its_records(tmp_path):
     runs = study("compare-long").plan("long")
     rows = _rows_by_run("compare-long", tmp_path, preset="long")
@@ -107,7 +117,7 @@ def test_the_rlt_parity_table_is_its_records(rlt_table):
     """Per seed: final-bit accuracy at 64 / 256 bits of the last checkpoint, and the last training
     loss (docs/families.md), from results/rlt; and the study's report rebuilds its table from them."""
     runs = study("rlt").plan("cpu")
-    assert sorted(p.name for p in (RESULTS / "rlt").iterdir()) == sorted(r.name for r in runs)
+    _recorded("rlt", runs)
     doc = _table_rows("families.md", "| model | seed 42 | seed 43 | seed 44 |")
     assert [row[0] for row in doc] == list(RLT_ROWS)
     for label, *cells in doc:
@@ -166,7 +176,7 @@ def test_the_rlt_float_path_table_is_its_records():
 
 def test_the_thinking_frontier_is_its_records(tmp_path):
     runs = study("thinking").plan("cpu")
-    assert sorted(p.name for p in (RESULTS / "thinking").iterdir()) == sorted(r.name for r in runs)
+    _recorded("thinking", runs)
     out = _restored("thinking", tmp_path)
     paths = study("thinking").report(Context(out=out), runs)
     rebuilt = [line for line in paths["md"].read_text().splitlines() if re.match(r"\| \d+ ", line)]
@@ -198,7 +208,7 @@ def test_the_algorithmic_table_is_its_records(tmp_path):
     """make algorithmic (the Transformer 4 at CPU scale, results/algorithmic): docs/algorithmic.md's table
     is the report's cells at its lengths, rebuilt from the records."""
     runs = study("algorithmic").plan("cpu")
-    assert sorted(p.name for p in (RESULTS / "algorithmic").iterdir()) == sorted(r.name for r in runs)
+    _recorded("algorithmic", runs)
     report = study("algorithmic").report(Context(out=_restored("algorithmic", tmp_path)), runs)
     tables = _report_tables(report["md"].read_text())
     in_dist = next(v for k, v in tables.items() if k.startswith("In-distribution"))
@@ -216,7 +226,7 @@ def test_the_algorithmic_table_is_its_records(tmp_path):
 def _rows_by_run(name: str, tmp_path: Path, preset: str = "cpu") -> dict[str, dict]:
     """The grid rows of results/<name> by run name: every planned run recorded, and finished."""
     runs = study(name).plan(preset)
-    assert sorted(p.name for p in (RESULTS / name).iterdir()) == sorted(r.name for r in runs)
+    _recorded(name, runs)
     rows = {r["name"]: r for r in summarize(_restored(name, tmp_path), stale_after_s=None)}
     assert all(r["status"] == "finished" for r in rows.values())
     return rows
@@ -293,7 +303,7 @@ def test_the_phi_fit_is_its_records(tmp_path):
     docs/evaluation.md's table (each fit's phi, alpha, beta and E, the free fit's intervals, R^2), the
     loss ranges of the smallest and largest budgets, and the two Huber sums the text compares."""
     runs = study("phi").plan("cpu")
-    assert sorted(p.name for p in (RESULTS / "phi").iterdir()) == sorted(r.name for r in runs)
+    _recorded("phi", runs)
     fit = json.loads(study("phi").report(Context(out=_restored("phi", tmp_path)), runs)["json"].read_text())
     assert len(fit["observations"]) == len(runs)
     doc = _table_rows("evaluation.md", "| fit | phi [95% CI] | alpha | beta | E | R^2 (log L) |")
@@ -307,7 +317,7 @@ def test_the_phi_fit_is_its_records(tmp_path):
             assert len(shown) == len(want) and all(map(_stands_for, shown, want, spread)), (name, param, cell)
         assert _stands_for(r2, fit["r2"][name]), (name, r2)
         assert law["E"] == pytest.approx(math.exp(-3), rel=1e-9)  # "the box's bound": e = log E at -3
-    text = " ".join((ROOT / "docs" / "evaluation.md").read_text().split())
+    text = _flat(ROOT / "docs" / "evaluation.md")
     budgets = sorted({o["budget"] for o in fit["observations"]}, key=float)  # a cell label, "8.92e+11"
     for where, budget in (("smallest budget", budgets[0]), ("largest", budgets[-1])):
         lo, hi = re.search(rf"(\d\.\d+)-(\d\.\d+) at the {where}", text).groups()
@@ -327,7 +337,7 @@ def test_the_phi_fit_is_its_records(tmp_path):
                                                           for x in v.values())
         assert all(by_cell["32", budget][r] < by_cell["64", budget][r] for r in by_cell["32", budget])
     law, (lo, hi) = fit["fits"]["phi free"], fit["intervals"]["phi free"]["phi"]
-    readme = " ".join((ROOT / "README.md").read_text().split())
+    readme = _flat(ROOT / "README.md")
     assert f"phi {law['phi']:.3f} with a 95 % interval of [{lo:.2f}, {hi:.2f}]" in readme
 
 
@@ -349,7 +359,7 @@ def test_the_quickstart_evaluation_is_its_outputs():
     losses = [row["loss"] for row in sorted(q["early_exit"], key=lambda row: row["depth"])]
     assert [row["depth"] for row in q["early_exit"]] == list(range(9))
     assert "| validation loss | " + " | ".join(f"{x:.4f}" for x in losses) + " |" in readme
-    text = " ".join(readme.split())
+    text = _flat(ROOT / "README.md")
     assert f"the curve spans {max(losses) - min(losses):.3f} nats" in text
     assert {f"{g:.2f}" for g in q["diagnostics"]["gate_mean"][1:]} == {"0.98"} and "gates stay near 0.98" in text
     acc = [run["tasks"]["rgpt_example"] for run in q["lm_eval_results"]["runs"]]
@@ -361,7 +371,7 @@ def test_the_appendix_e_figures_are_their_outputs():
     """docs/evaluation.md's Appendix E figures on the quickstart checkpoint and on make compare's
     RecurrentGPT are those of the analyses' JSON files kept in results/quickstart-eval/ and
     results/compare-diagnostics/."""
-    text = " ".join((ROOT / "docs" / "evaluation.md").read_text().split())
+    text = _flat(ROOT / "docs" / "evaluation.md")
     q = _analyses("quickstart-eval")
     cfg = yaml.safe_load((RESULTS / "quickstart-eval" / "config.yaml").read_text())
     model = cfg["model"]
