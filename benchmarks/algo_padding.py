@@ -20,6 +20,7 @@ never see the padding after them.
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import time
@@ -29,9 +30,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from rgpt_dist.algorithmic import get_task, pad_examples  # noqa: E402
+from rgpt_dist.algorithmic import get_task  # noqa: E402
 from rgpt_dist.algorithmic.capped import capped  # noqa: E402
-from rgpt_dist.algorithmic.loader import to_tensors  # noqa: E402
+from rgpt_dist.algorithmic.loader import TaskLoader  # noqa: E402
 from rgpt_dist.models.flavours import FLAVOURS  # noqa: E402
 from rgpt_dist.models.layers import LayerFactory  # noqa: E402
 from rgpt_dist.models.spec import families  # noqa: E402
@@ -43,23 +44,17 @@ BUCKETS = (2, 4, 8)
 
 
 def plans(task: str, cap: int, batch: int) -> tuple[dict[str, list], float]:
-    """{"padded": [(x, y)], "K buckets": K (x, y) sorted by length} and the padded batch's padding share."""
-    t = capped(get_task(task), cap)
-    examples = [t.example("train", i, None) for i in range(batch)]
-    order = sorted(range(batch), key=lambda i: len(examples[i].tokens))
-    out = {"padded": [_tensors(examples)]}
+    """{"padded": [(x, y)], "K buckets": K (x, y)} of the stream's first step, the buckets as the
+    trainer's loader cuts them (data.task_sort_by_length, micro-batches of batch / K), and the padded
+    batch's padding share."""
+    longest = get_task(task).max_tokens()  # train.seq_len: the loaders pad to the cap's longest
+    out = {"padded": [next(iter(TaskLoader(task, longest, batch, batch, 1, 0, train_max=cap)))]}
     for k in BUCKETS:
-        size = batch // k
-        out[f"{k} buckets"] = [_tensors([examples[i] for i in order[j * size:(j + 1) * size]])
-                               for j in range(k)]
-    lengths = [len(e.tokens) for e in examples]
+        loader = TaskLoader(task, longest, batch // k, batch, 1, 0, train_max=cap, sort_by_length=True)
+        out[f"{k} buckets"] = list(itertools.islice(iter(loader), k))
+    t = capped(get_task(task), cap)
+    lengths = [len(t.example("train", i, None).tokens) for i in range(batch)]
     return out, 1 - float(np.mean(lengths)) / max(lengths)
-
-
-def _tensors(examples: list) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x, y) of the examples padded to their longest, as the trainer's loader gives them."""
-    b = pad_examples(examples)
-    return to_tensors(b.tokens, b.targets)
 
 
 def model_of(label: str) -> torch.nn.Module:

@@ -9,6 +9,13 @@ so the dp ranks' micro-batches of one step together are one process's global bat
 and the tensor-parallel ranks of one replica (same dp rank) read the same examples. The position is
 (step, micro): `state_dict()` is all the trainer stores to resume exactly.
 
+Length buckets (data.task_sort_by_length): every rank builds the step's whole global batch, sorts it
+by token count (stable: index order among equals) and takes part j = micro * dp + dp_rank of
+micro_batch_size examples, padded to its own longest. The step's examples are the same; ranks at the
+same micro-batch get neighbouring lengths (their steps take about as long). Under the example-mean
+loss the equal-sized parts' mean is the step's mean, so the gradients are the padded step's up to
+rounding. `widths(step)` gives the trainer the step's padded widths, for tokens and FLOPs.
+
 A length curriculum (data.task_grow_*; `Growth`): the stream starts capped at data.task_train_max and
 widens after enough steps in a row with a low training loss, which the trainer reports after each
 step (`observe`, the same mean on every rank, so every rank widens at the same step). The cap and the
@@ -56,9 +63,13 @@ def to_tensors(tokens: np.ndarray, targets: np.ndarray) -> tuple[torch.Tensor, t
 class TaskLoader:
     """An endless stream of one data-parallel rank's training micro-batches of an algorithmic task."""
 
+    sort_by_length = False  # length buckets (module docstring); a subclass without them inherits `widths`
+
     def __init__(self, task: str, seq_len: int, micro_batch_size: int, global_batch_size: int,
-                 dp: int, dp_rank: int, train_max: int = 0, grow: Growth | None = None):
-        self.base, self.seq_len_max = get_task(task), seq_len
+                 dp: int, dp_rank: int, train_max: int = 0, grow: Growth | None = None,
+                 sort_by_length: bool = False):
+        self.base, self.seq_len_max, self.sort_by_length = get_task(task), seq_len, sort_by_length
+        self._sorted: tuple[tuple[int, int], list] | None = None  # ((step, cap), the step's examples sorted)
         self.grow = grow if grow is not None and grow.by else None
         if self.grow is not None and not train_max:
             raise ValueError("a length curriculum (data.task_grow_by) starts from data.task_train_max: set it")
@@ -107,8 +118,28 @@ class TaskLoader:
         return range(start, start + self.micro_batch_size)
 
     def batch(self, step: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
-        b = make_batch(self.task, "train", self.indices(step, micro), None, self.seq_len)
+        if self.sort_by_length:  # padded to its own longest
+            j = micro * self.dp + self.dp_rank
+            b = pad_examples(self._sorted_step(step)[j * self.micro_batch_size:(j + 1) * self.micro_batch_size])
+        else:
+            b = make_batch(self.task, "train", self.indices(step, micro), None, self.seq_len)
         return to_tensors(b.tokens, b.targets)
+
+    def _sorted_step(self, step: int) -> list:
+        """Step `step`'s global batch at the current cap, sorted by token count (stable)."""
+        if self._sorted is None or self._sorted[0] != (step, self.train_max):
+            first = step * self.global_batch_size
+            examples = [self.task.example("train", i, None) for i in range(first, first + self.global_batch_size)]
+            self._sorted = (step, self.train_max), sorted(examples, key=lambda e: len(e.tokens))
+        return self._sorted[1]
+
+    def widths(self, step: int) -> list[int]:
+        """The padded widths of step `step`'s equal parts of the global batch (every rank's), at the
+        current cap: one part of seq_len, or with length buckets each micro-batch's own longest."""
+        if not self.sort_by_length:
+            return [self.seq_len]
+        examples, size = self._sorted_step(step), self.micro_batch_size
+        return [max(len(e.tokens) for e in examples[j:j + size]) for j in range(0, len(examples), size)]
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         while True:

@@ -74,6 +74,13 @@ class DataConfig(Section):
     """The training loss below which a step counts towards growing the cap (> 0)."""
     task_grow_steps: int = 10
     """Steps in a row below data.task_grow_loss that grow the cap (>= 1)."""
+    task_sort_by_length: bool = False
+    """Length buckets (an algorithmic task): sort each optimizer step's examples by length and cut
+    them into its micro-batches (train.micro_batch_size; the data-parallel ranks' side by side), each
+    padded to its own longest instead of the step's. The same examples per step; under
+    train.loss_norm=example (required) the same loss and gradients up to rounding, with less padding
+    computed (benchmarks/algo_padding.py; docs/algorithmic.md). Needs more than one micro-batch per
+    step (train.global_batch_size > train.micro_batch_size)."""
 
     def problems(self, path: str) -> list[str]:
         out = []
@@ -82,10 +89,12 @@ class DataConfig(Section):
             if suite is None:
                 out.append(f"{path}.task={not_a_task(self.task)}")
             else:
-                out += suite.data_problems(self.task, self.task_train_max, path)
+                out += suite.data_problems(self, path)
         elif self.task_train_max:
             out.append(f"{path}.task_train_max={self.task_train_max!r} needs {path}.task (it caps a task's "
                        f"training lengths)")
+        elif self.task_sort_by_length:
+            out.append(f"{path}.task_sort_by_length=true needs {path}.task (it sorts a task's examples)")
         elif not self.paths:
             out.append(f"{path}.paths is empty: give at least one rgpt-prep output (or {path}.task)")
         if self.task_grow_by and not self.task_train_max:

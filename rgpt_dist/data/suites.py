@@ -32,8 +32,9 @@ class TaskSuite:
         """Task name -> task."""
         raise NotImplementedError
 
-    def data_problems(self, task: str, task_train_max: int, path: str) -> list[str]:
-        """What the data section (`path`) asks of `task` that the suite cannot do (data.task_train_max)."""
+    def data_problems(self, data: Any, path: str) -> list[str]:
+        """What the data section `data` (at `path`) asks of its data.task that the suite cannot do
+        (data.task_train_max, data.task_sort_by_length)."""
         return []
 
     def config_problems(self, cfg: Any) -> list[str]:

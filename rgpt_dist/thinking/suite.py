@@ -16,11 +16,15 @@ class ThinkingSuite(TaskSuite):
     def tasks(self) -> Mapping[str, Any]:
         return TASKS
 
-    def data_problems(self, task: str, task_train_max: int, path: str) -> list[str]:
-        if task_train_max:
-            return [f"{path}.task_train_max={task_train_max!r} caps an algorithmic task's training lengths; "
-                    f"thinking task {task!r} has none (0)"]
-        return []
+    def data_problems(self, data: Any, path: str) -> list[str]:
+        out = []
+        if data.task_train_max:
+            out.append(f"{path}.task_train_max={data.task_train_max!r} caps an algorithmic task's training "
+                       f"lengths; thinking task {data.task!r} has none (0)")
+        if data.task_sort_by_length:
+            out.append(f"{path}.task_sort_by_length=true sorts an algorithmic task's examples by length; "
+                       f"thinking task {data.task!r} pads every example to one length (false)")
+        return out
 
     def validation_problem(self, task: str, dp: int) -> list[str]:
         return validation_problem(task, dp)

@@ -24,11 +24,27 @@ import torch
 
 from rgpt_dist.config.experiment import Config
 from rgpt_dist.durable import atomic_write_text, fsync_dir, open_regular
+from rgpt_dist.flops import recompute_flops, train_flops
 from rgpt_dist.progress import bar
 import uuid
 
 # Dense bf16 tensor-core peaks (FLOP/s) by device-name substring, for MFU on GPUs.
 GPU_PEAK_BF16 = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12, "L40S": 362e12, "A10G": 125e12}
+
+
+def step_flops(cfg: Config, widths: list[int], depths: list[int | None]) -> tuple[float, float, int]:
+    """(model FLOPs, hardware FLOPs, tokens) of one optimizer step: the global batch in equal parts of
+    the padded widths `widths` (one part of train.seq_len, or a task loader's length buckets), at the
+    depths the micro-batches ran (averaged): Eq. 1 training FLOPs, and those plus the forward
+    recomputed by activation checkpointing."""
+    rows = cfg.train.global_batch_size // len(widths)
+    model = hardware = 0.0
+    for S in widths:
+        tokens = rows * S
+        flops = sum(train_flops(cfg.model, S, d) for d in depths) / len(depths) * tokens
+        recompute = sum(recompute_flops(cfg.model, S, d, cfg.parallel.activation_checkpointing) for d in depths)
+        model, hardware = model + flops, hardware + flops + recompute / len(depths) * tokens
+    return model, hardware, rows * sum(widths)
 
 
 def peak_flops(dtype: str) -> tuple[float, str]:

@@ -22,7 +22,6 @@ import torch.distributed as dist
 
 from rgpt_dist.config.experiment import Config
 from rgpt_dist.depth import step_depths
-from rgpt_dist.flops import recompute_flops, train_flops
 from rgpt_dist.models.spec import spec_for
 from rgpt_dist.noise import NoiseKey
 from rgpt_dist.parallel.compile import compile_stats
@@ -31,7 +30,7 @@ from rgpt_dist.parallel.reshard import layout_for
 from rgpt_dist.parallel.universal import KEY as UNIVERSAL, layout_change, universal_info
 from rgpt_dist.parallel.zero import trainer_clips
 from rgpt_dist.train.checkpoint import CheckpointManager
-from rgpt_dist.train.metrics import MetricsSink, peak_flops
+from rgpt_dist.train.metrics import MetricsSink, peak_flops, step_flops
 from rgpt_dist.train.optim import apply_config, clip_gradients, global_grad_norm
 from rgpt_dist.train.preemption import StopRequested
 from rgpt_dist.train.sample_log import SampleLog
@@ -93,12 +92,13 @@ class Trainer:
         self._universal: dict | None = None  # client_state's tp slicing, made once
 
     # ---- data -------------------------------------------------------------------------------
-    @property
-    def seq_len(self) -> int:
-        """The width of the next training batches: train.seq_len, or less where the loader pads to
-        its own longest example (a capped task stream, data.task_train_max, which a length curriculum
-        widens as it grows); tokens and FLOPs count it."""
-        return getattr(self.train_loader, "seq_len", self.cfg.train.seq_len)
+    def widths(self, step: int) -> list[int]:
+        """The padded widths of step `step`'s equal parts of the global batch, which tokens and FLOPs
+        count: [train.seq_len] for token shards; a task loader's (less where it pads to its own
+        longest: a capped stream, data.task_train_max, widened by a length curriculum; one per
+        micro-batch with length buckets, data.task_sort_by_length). Asked before the curriculum grows."""
+        widths = getattr(self.train_loader, "widths", None)
+        return [self.cfg.train.seq_len] if widths is None else widths(step)
 
     def _batches(self) -> Iterator:
         """Training micro-batches forever: one streaming epoch after another."""
@@ -280,10 +280,11 @@ class Trainer:
             record = self.train_step()
             self.step += 1  # optimizer steps completed; records carry this number
             self.sink.advance()
-            tokens = cfg.train.global_batch_size * self.seq_len  # before the curriculum may widen it
+            rs = record["r"] if isinstance(record["r"], list) else [record["r"]]
+            model_flops, hw_flops, tokens = step_flops(cfg, self.widths(self.step - 1), rs)
             self.tokens += tokens
             record["step"] = self.step
-            window = [a + b for a, b in zip(window, (1, *self._step_flops(record["r"]), tokens))]
+            window = [a + b for a, b in zip(window, (1, model_flops, hw_flops, tokens))]
             logged = record["skipped"] or self.step % cfg.log.every_steps == 0 or self.step == cfg.train.max_steps
             if logged or grows:
                 record["loss"] = _mean_across_ranks([record["loss"]])[0]
@@ -331,17 +332,6 @@ class Trainer:
             raise NonFiniteError(f"{self.consecutive_nonfinite} consecutive steps had non-finite gradients "
                                  f"(train.max_nonfinite_steps={self.cfg.train.max_nonfinite_steps}); saved "
                                  f"step {self.step} and stopped")
-
-    def _step_flops(self, r: int | list[int] | None) -> tuple[float, float]:
-        """(model, hardware) FLOPs of one optimizer step at the depths it actually ran (one, or one
-        per micro-batch): Eq. 1 training FLOPs, and those plus the forward recomputed by activation
-        checkpointing, averaged over the micro-batches."""
-        cfg = self.cfg
-        S, rs = self.seq_len, r if isinstance(r, list) else [r]
-        tokens = cfg.train.global_batch_size * S
-        model = sum(train_flops(cfg.model, S, d) for d in rs) / len(rs) * tokens
-        recompute = sum(recompute_flops(cfg.model, S, d, cfg.parallel.activation_checkpointing) for d in rs) / len(rs)
-        return model, model + recompute * tokens
 
     def _log_train(self, record: dict[str, Any], window: list, elapsed: float) -> None:
         steps, model_flops, hw_flops, tokens = window
