@@ -4,7 +4,8 @@ table in the docs that its records do not give fails here.
 
     results/compare-long/  make compare-long: docs/evaluation.md's ordering table
     results/rlt/           make rlt: docs/families.md's per-seed parity and swaps-S5 tables
-    results/rlt-first-machine/, results/rlt-float-path/  make rlt's parity runs on other float paths
+    results/rlt-first-machine/, results/rlt-float-path/, results/rlt-buckets/  make rlt's parity runs on
+                           other float paths (the last with length buckets)
     results/thinking/      make thinking: docs/thinking.md's frontier
     results/algorithmic/   make algorithmic: docs/algorithmic.md's table
     results/compare/, results/ablation/  make compare, make ablation: docs/evaluation.md's CPU tables
@@ -154,24 +155,31 @@ def _config_but_where_it_ran(config: Path) -> dict:
 
 def test_the_rlt_float_path_table_is_its_records():
     """make rlt's parity runs on other float paths: as first recorded on an earlier machine
-    (results/rlt-first-machine/, all nine) and RLT-1's three under other kernels (results/rlt-float-path/):
-    the same configs as results/rlt's but for where they ran, and docs/families.md's per-seed row of
-    RLT-1 on each path is its records'."""
+    (results/rlt-first-machine/, all nine), RLT-1's three under other kernels (results/rlt-float-path/)
+    and with length buckets (results/rlt-buckets/, with RLT-0's and the Transformer's seed 42): the
+    same configs as results/rlt's but for where they ran (and the two bucket settings), and
+    docs/families.md's per-seed row of RLT-1 on each path is its records'."""
     doc = _table_rows("families.md", "| float path | seed 42 | seed 43 | seed 44 |")
-    folders = ("rlt-first-machine", "rlt", "rlt-float-path")
+    folders = ("rlt-first-machine", "rlt", "rlt-float-path", "rlt-buckets")
     assert [row[0] for row in doc] == ["the first machine (`results/rlt-first-machine/`)",
                                        "this machine, `make rlt` (`results/rlt/`)",
-                                       "this machine, MKL CBWR + ATen AVX2 (`results/rlt-float-path/`)"]
+                                       "this machine, MKL CBWR + ATen AVX2 (`results/rlt-float-path/`)",
+                                       "this machine, length buckets (`results/rlt-buckets/`)"]
     for (_, *cells), folder in zip(doc, folders):
         for seed, text in zip(RLT_SEEDS, cells):
             assert text == _parity_cell(RESULTS / folder / f"parity-rlt1-2+2-s{seed}"), (folder, seed)
     first = sorted(p.name for p in (RESULTS / "rlt-first-machine").iterdir() if p.is_dir())
     assert first == sorted(r.name for r in study("rlt").plan("cpu") if r.name.startswith("parity-"))
     float_path = [f"parity-rlt1-2+2-s{seed}" for seed in RLT_SEEDS]
-    for folder, names in (("rlt-first-machine", first), ("rlt-float-path", float_path)):
+    buckets = sorted([*float_path, "parity-rlt0-2+2-s42", "parity-transformer-4-s42"])
+    assert sorted(p.name for p in (RESULTS / "rlt-buckets").iterdir() if p.is_dir()) == buckets
+    for folder, names in (("rlt-first-machine", first), ("rlt-float-path", float_path), ("rlt-buckets", buckets)):
         for name in names:
-            assert _config_but_where_it_ran(RESULTS / folder / name / "config.yaml") == _config_but_where_it_ran(
-                RESULTS / "rlt" / name / "config.yaml"), (folder, name)
+            config = _config_but_where_it_ran(RESULTS / folder / name / "config.yaml")
+            if folder == "rlt-buckets":  # four micro-batches of 64, sorted by length
+                assert config["train"].pop("micro_batch_size") == 64 and config["data"].pop("task_sort_by_length")
+                config["train"]["micro_batch_size"] = 256
+            assert config == _config_but_where_it_ran(RESULTS / "rlt" / name / "config.yaml"), (folder, name)
 
 
 def test_the_thinking_frontier_is_its_records(tmp_path):
