@@ -54,7 +54,7 @@ def plans(task: str, cap: int, batch: int) -> tuple[dict[str, list], float]:
         out[f"{k} buckets"] = list(itertools.islice(iter(loader), k))
     t = capped(get_task(task), cap)
     lengths = [len(t.example("train", i, None).tokens) for i in range(batch)]
-    return out, 1 - float(np.mean(lengths)) / max(lengths)
+    return out, 1 - float(np.mean(lengths)) / out["padded"][0][0].shape[1]  # of the width the step pads to
 
 
 def model_of(label: str) -> torch.nn.Module:

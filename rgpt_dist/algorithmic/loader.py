@@ -13,8 +13,9 @@ Length buckets (data.task_sort_by_length): every rank builds the step's whole gl
 by token count (stable: index order among equals) and takes part j = micro * dp + dp_rank of
 micro_batch_size examples, padded to its own longest. The step's examples are the same; ranks at the
 same micro-batch get neighbouring lengths (their steps take about as long). Under the example-mean
-loss the equal-sized parts' mean is the step's mean, so the gradients are the padded step's up to
-rounding. `widths(step)` gives the trainer the step's padded widths, for tokens and FLOPs.
+loss the equal-sized parts' mean is the step's mean, so a causal model whose forward does not depend
+on its micro-batch's slot or width gets the padded step's gradients up to rounding (data.task_sort_by_length
+says which do not). `widths(step)` gives the trainer the step's padded widths, for tokens and FLOPs.
 
 A length curriculum (data.task_grow_*; `Growth`): the stream starts capped at data.task_train_max and
 widens after enough steps in a row with a low training loss, which the trainer reports after each

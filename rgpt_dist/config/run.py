@@ -77,10 +77,12 @@ class DataConfig(Section):
     task_sort_by_length: bool = False
     """Length buckets (an algorithmic task): sort each optimizer step's examples by length and cut
     them into its micro-batches (train.micro_batch_size; the data-parallel ranks' side by side), each
-    padded to its own longest instead of the step's. The same examples per step; under
-    train.loss_norm=example (required) the same loss and gradients up to rounding, with less padding
-    computed (benchmarks/algo_padding.py; docs/algorithmic.md). Needs more than one micro-batch per
-    step (train.global_batch_size > train.micro_batch_size)."""
+    padded to its own longest instead of the step's: the same examples per step, less padding
+    computed (benchmarks/algo_buckets.py; docs/algorithmic.md). Under train.loss_norm=example
+    (required) a causal model whose forward does not depend on its micro-batch's slot or width (RLT,
+    the Transformer baselines without dropout) gets the padded step's gradients up to rounding; a
+    depth or noise drawn per micro-batch, dropout, or MoR's routing over the padded width see other
+    draws. Needs more than one micro-batch per step (train.global_batch_size > train.micro_batch_size)."""
 
     def problems(self, path: str) -> list[str]:
         out = []

@@ -34,16 +34,18 @@ GPU_PEAK_BF16 = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12, "L40S": 362
 
 def step_flops(cfg: Config, widths: list[int], depths: list[int | None]) -> tuple[float, float, int]:
     """(model FLOPs, hardware FLOPs, tokens) of one optimizer step: the global batch in equal parts of
-    the padded widths `widths` (one part of train.seq_len, or a task loader's length buckets), at the
-    depths the micro-batches ran (averaged): Eq. 1 training FLOPs, and those plus the forward
-    recomputed by activation checkpointing."""
-    rows = cfg.train.global_batch_size // len(widths)
+    the padded widths `widths` (one part of train.seq_len, or a task loader's length buckets, part
+    j = micro * dp + rank), at the depths the micro-batches ran (one, or one per micro-batch: paired
+    with the parts when they split alike, else averaged): Eq. 1 training FLOPs, and those plus the
+    forward recomputed by activation checkpointing."""
+    rows, n = cfg.train.global_batch_size // len(widths), len(depths)
+    parts = [(S, [depths[j * n // len(widths)]] if len(widths) % n == 0 else depths) for j, S in enumerate(widths)]
     model = hardware = 0.0
-    for S in widths:
+    for S, rs in parts:
         tokens = rows * S
-        flops = sum(train_flops(cfg.model, S, d) for d in depths) / len(depths) * tokens
-        recompute = sum(recompute_flops(cfg.model, S, d, cfg.parallel.activation_checkpointing) for d in depths)
-        model, hardware = model + flops, hardware + flops + recompute / len(depths) * tokens
+        flops = sum(train_flops(cfg.model, S, d) for d in rs) / len(rs) * tokens
+        recompute = sum(recompute_flops(cfg.model, S, d, cfg.parallel.activation_checkpointing) for d in rs)
+        model, hardware = model + flops, hardware + flops + recompute / len(rs) * tokens
     return model, hardware, rows * sum(widths)
 
 

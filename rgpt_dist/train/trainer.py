@@ -159,6 +159,7 @@ class Trainer:
         if saved is None:
             return
         now = self.cfg.to_dict()
+        # not data.task_sort_by_length: with or without it a step trains the same examples
         keys = [("model", k) for k in now["model"]] + [("train", "seed"), ("parallel", "dtype")] + [
             ("data", k) for k in ("task", "task_train_max", "task_grow_by", "task_grow_loss", "task_grow_steps")]
         # a field the checkpoint does not record is newer than it: it ran with the field's default

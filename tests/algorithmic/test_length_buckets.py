@@ -96,8 +96,9 @@ def test_a_thinking_task_refuses_length_buckets():
         load_config("configs/thinking/graph.yaml", ["data.task_sort_by_length=true"])
 
 
-def _model(family_overrides: list[str]):
-    """The study's RLT-1 2 + 2 shape, narrowed (width 32), in float64, with the example-mean loss."""
+def _model(family_overrides: list[str], loss_norm: str = "example"):
+    """The study's RLT-1 2 + 2 shape, narrowed (width 32), in float64, with the example-mean loss
+    (or `loss_norm`); the same initial weights whatever the loss."""
     from rgpt_dist.models.flavours import FLAVOURS
     from rgpt_dist.models.layers import LayerFactory
     from rgpt_dist.models.spec import families
@@ -106,7 +107,7 @@ def _model(family_overrides: list[str]):
     data = apply_overrides({"model": dict(FLAVOURS["rlt-debug"])},
                            ["model.d_model=32", "model.d_ff=64", "model.n_head=2", *family_overrides])["model"]
     factory = LayerFactory()
-    factory.loss_norm = "example"
+    factory.loss_norm = loss_norm
     cfg = from_dict(families()[data["family"]].config, data, "model")
     return build_model(cfg, factory=factory, seed=0).double().train()
 
@@ -119,6 +120,11 @@ def _gradients(model, batches):
     return [p.grad.clone() for p in model.parameters()]
 
 
+def _worst(got, reference) -> float:
+    """The largest difference of any tensor's entries relative to that tensor's largest entry."""
+    return max(float((a - b).abs().max()) / float(b.abs().max()) for a, b in zip(got, reference))
+
+
 @pytest.mark.parametrize("task,cap,family_overrides", [("parity", 0, []),
                                                         ("s5_swaps", 16, ["model.feedback_interval=0"])],
                          ids=["parity-rlt1", "s5-rlt0"])
@@ -127,15 +133,18 @@ def test_the_buckets_give_the_padded_step_s_gradients(task, cap, family_override
     bits with RLT-1 (its state runs position by position; one scored token per example) and swaps-S5
     at 1-16 operations with RLT-0 (every operation scored, so the example mean differs from the token
     mean). The terms are the same (a causal model's scored positions never see the padding after
-    them), summed in other orders and blockings, so the difference is float64 rounding: each entry a
-    sum of at most 16 x 41 products, relative error below 16 x 41 x 2^-53 ~ 7e-14 of the terms'
-    magnitude (bounded here by 1e-12 of the largest entry). Padding that leaks into the scored
-    positions or the buckets weighted by their tokens would move entries by far more."""
+    them), summed in other orders and blockings: float64 rounding, 2^-53 a step, through a backward of
+    four layers whose sums run over at most 16 x 41 positions, a relative error of order 1e-13 at the
+    most in each tensor; bounded here by 1e-12 of the tensor's largest entry. Under the token mean
+    (refused with buckets) S5's short buckets weigh their tokens more: the same comparison then fails."""
     model = _model(family_overrides)
     padded = take(TaskLoader(task, SEQ, 16, 16, 1, 0, train_max=cap), 1)
     buckets = take(TaskLoader(task, SEQ, 4, 16, 1, 0, train_max=cap, sort_by_length=True), 4)
     assert padded[0][0].shape[1] > max(x.shape[1] for x, _ in buckets[:3])  # the buckets do drop padding
-    reference, got = _gradients(model, padded), _gradients(model, buckets)
-    scale = max(float(g.abs().max()) for g in reference)
-    worst = max(float((a - b).abs().max()) for a, b in zip(got, reference)) / scale
+    reference = _gradients(model, padded)
+    assert all(float(g.abs().max()) > 0 for g in reference)  # every tensor has a scale to compare at
+    worst = _worst(_gradients(model, buckets), reference)
     assert worst < 1e-12, worst
+    if task == "s5_swaps":
+        token = _model(family_overrides, "token")
+        assert _worst(_gradients(token, buckets), _gradients(token, padded)) > 1e-3
