@@ -156,9 +156,9 @@ def _config_but_where_it_ran(config: Path) -> dict:
 def test_the_rlt_float_path_table_is_its_records():
     """make rlt's parity runs on other float paths: as first recorded on an earlier machine
     (results/rlt-first-machine/, all nine), RLT-1's three under other kernels (results/rlt-float-path/)
-    and with length buckets (results/rlt-buckets/, with RLT-0's and the Transformer's seed 42): the
-    same configs as results/rlt's but for where they ran (and the two bucket settings), and
-    docs/families.md's per-seed row of RLT-1 on each path is its records'."""
+    and with length buckets (results/rlt-buckets/; their configs: the next test): the same configs as
+    results/rlt's but for where they ran, and docs/families.md's per-seed row of RLT-1 on each path
+    is its records'."""
     doc = _table_rows("families.md", "| float path | seed 42 | seed 43 | seed 44 |")
     folders = ("rlt-first-machine", "rlt", "rlt-float-path", "rlt-buckets")
     assert [row[0] for row in doc] == ["the first machine (`results/rlt-first-machine/`)",
@@ -171,15 +171,31 @@ def test_the_rlt_float_path_table_is_its_records():
     first = sorted(p.name for p in (RESULTS / "rlt-first-machine").iterdir() if p.is_dir())
     assert first == sorted(r.name for r in study("rlt").plan("cpu") if r.name.startswith("parity-"))
     float_path = [f"parity-rlt1-2+2-s{seed}" for seed in RLT_SEEDS]
-    buckets = sorted([*float_path, "parity-rlt0-2+2-s42", "parity-transformer-4-s42"])
-    assert sorted(p.name for p in (RESULTS / "rlt-buckets").iterdir() if p.is_dir()) == buckets
-    for folder, names in (("rlt-first-machine", first), ("rlt-float-path", float_path), ("rlt-buckets", buckets)):
+    for folder, names in (("rlt-first-machine", first), ("rlt-float-path", float_path)):
         for name in names:
-            config = _config_but_where_it_ran(RESULTS / folder / name / "config.yaml")
-            if folder == "rlt-buckets":  # four micro-batches of 64, sorted by length
-                assert config["train"].pop("micro_batch_size") == 64 and config["data"].pop("task_sort_by_length")
-                config["train"]["micro_batch_size"] = 256
-            assert config == _config_but_where_it_ran(RESULTS / "rlt" / name / "config.yaml"), (folder, name)
+            assert _config_but_where_it_ran(RESULTS / folder / name / "config.yaml") == _config_but_where_it_ran(
+                RESULTS / "rlt" / name / "config.yaml"), (folder, name)
+
+
+def test_the_rlt_bucket_runs_are_the_study_s_but_for_the_buckets():
+    """results/rlt-buckets/: RLT-1's three seeds and the baselines' seed 42 on both tasks, each config
+    results/rlt's but for where it ran and four sorted micro-batches of 64; docs/families.md's
+    swaps-S5 float-path rows are their records' (the parity row: the test above)."""
+    names = sorted(f"{task}-{model}-s{seed}" for task in ("parity", "s5_swaps")
+                   for model, seeds in (("rlt1-2+2", RLT_SEEDS), ("rlt0-2+2", (42,)), ("transformer-4", (42,)))
+                   for seed in seeds)
+    assert sorted(p.name for p in (RESULTS / "rlt-buckets").iterdir() if p.is_dir()) == names
+    for name in names:
+        config = _config_but_where_it_ran(RESULTS / "rlt-buckets" / name / "config.yaml")
+        assert config["train"].pop("micro_batch_size") == 64 and config["data"].pop("task_sort_by_length") is True
+        config["train"]["micro_batch_size"] = 256
+        assert config == _config_but_where_it_ran(RESULTS / "rlt" / name / "config.yaml"), name
+    doc = _table_rows("families.md", "| swaps-S5, RLT-1 2 + 2 | seed 42 | seed 43 | seed 44 |")
+    assert [row[0] for row in doc] == ["this machine, `make rlt` (`results/rlt/`)",
+                                       "this machine, length buckets (`results/rlt-buckets/`)"]
+    for (_, *cells), folder in zip(doc, ("rlt", "rlt-buckets")):
+        for seed, text in zip(RLT_SEEDS, cells):
+            assert text == _cell(RESULTS / folder / f"s5_swaps-rlt1-2+2-s{seed}", (32, 64, 256)), (folder, seed)
 
 
 def test_the_thinking_frontier_is_its_records(tmp_path):
