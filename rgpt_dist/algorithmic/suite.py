@@ -67,8 +67,8 @@ def _sort_problems(cfg: Any) -> list[str]:
     if cfg.train.global_batch_size <= cfg.train.micro_batch_size:
         out.append(f"data.task_sort_by_length=true sorts a step's examples into its micro-batches, but "
                    f"train.global_batch_size={cfg.train.global_batch_size} is one micro-batch of "
-                   f"train.micro_batch_size={cfg.train.micro_batch_size}: set it to a divisor of the global batch below it "
-                   f"(a quarter: four buckets per step)")
+                   f"train.micro_batch_size={cfg.train.micro_batch_size}: set it to a divisor of the global "
+                   f"batch below it (a quarter: four buckets per step)")
     return out
 
 
